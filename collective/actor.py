@@ -1,0 +1,147 @@
+"""Actors: every agent is a trio task with a mailbox and channel subscriptions.
+
+An actor's program is ordinary async code: observe, ``think`` (a policy call), ``act`` (a tool
+or a communication primitive). Both calls park the task with the conductor; nothing an actor
+does touches shared state directly. Between two parks an actor only reads: the world (frozen,
+since the conductor commits effects only while every actor is parked), its own mailbox and its
+channel cursors. That is why trio's scheduling order cannot change an episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from collective.actions import ActionSpace
+from collective.comms import Message
+from collective.records import Turn
+from collective.seeding import derive
+from policy.base import PolicyRequest, PolicyResponse
+
+if TYPE_CHECKING:
+    from collective.episode import LiveEpisode
+
+THINK, ACT = 0, 1
+NEWS_LIMIT = 8  # posts per channel a prompt shows at most; the rest are counted as missed
+
+
+class Fired(Exception):
+    """Raised inside an actor's program when its organisation fires it."""
+
+
+class Actor:
+    """One agent. Slots keep an idle agent to a few hundred bytes beside its trio task."""
+
+    __slots__ = (
+        "acts",
+        "alive",
+        "cursors",
+        "ep",
+        "group",
+        "id",
+        "inbox",
+        "local",
+        "parked",
+        "policy",
+        "read_ids",
+        "request",
+        "role",
+        "space",
+        "task",
+        "turn",
+        "turn_record",
+        "wait_token",
+        "waiting",
+    )
+
+    def __init__(self, ep: LiveEpisode, agent_id: int, role: str, group: int, local: int) -> None:
+        self.ep = ep
+        self.id = agent_id
+        self.role = role
+        self.group = group  # which world instance (islands) it lives in
+        self.local = local  # its id inside that world
+        self.policy = ep.org.policy_of(role)
+        self.space: ActionSpace = ep.space_for(role, group)
+        self.turn = 0
+        self.acts = 0
+        self.inbox: deque[Message] | None = None  # created on first delivery
+        self.cursors: dict[str, int] = {}  # channel -> next post sequence to show
+        self.task = None
+        self.request: tuple[int, object] | None = None
+        self.read_ids: tuple[int, ...] = ()
+        self.turn_record: Turn | None = None
+        self.waiting = False
+        self.wait_token = 0
+        self.alive = True
+        self.parked = False
+
+    # -- what an agent program calls ------------------------------------------------------------
+
+    async def think(self, prompt: str) -> PolicyResponse:
+        """Ask the shared policy for the next action; answered at the next quiescence batch."""
+        ep = self.ep
+        self.space = ep.space_for(self.role, self.group)  # grows when agents are hired
+        req = PolicyRequest(
+            agent=self.id,
+            turn=self.turn,
+            prompt=prompt,
+            space=self.space,
+            seed=derive(ep.cfg.sample_seed, self.id, self.turn),
+            max_tokens=ep.cfg.max_output_tokens,
+            temperature=ep.cfg.temperature,
+            asked=ep.now,
+        )
+        self.turn += 1
+        return await ep.park(self, THINK, req)
+
+    async def act(self, text: str) -> str:
+        """Take one action (validated by the conductor); returns its result when it lands."""
+        return await self.ep.park(self, ACT, text)
+
+    def observe(self) -> str:
+        return self.ep.worlds[self.group].observe(self.local)
+
+    def prompt(self, last_result: str) -> str:
+        """The observation, then what arrived since the last turn, then the last result.
+
+        Reading consumes the mailbox and moves the channel cursors; the ids read travel with the
+        next request, so the conductor can log the reads in canonical order.
+        """
+        lines = [self.observe()]
+        read: list[int] = []
+        if self.inbox:
+            lines.append("inbox: " + " | ".join(f"[{m.sender}] {m.text}" for m in self.inbox))
+            read = [m.id for m in self.inbox]
+            self.inbox.clear()
+        for name in self.ep.org.channels(self.role, self.group):
+            channel = self.ep.channels.get(name)
+            if channel is None or channel.next_seq == self.cursors.get(name, 0):
+                continue
+            posts, self.cursors[name], missed = channel.since(self.cursors.get(name, 0), NEWS_LIMIT)
+            self.ep.stats.missed_posts += missed  # a sum: the order actors run in cannot matter
+            mine = [p for p in posts if p.sender != self.id]
+            if mine:
+                lines.append(f"#{name}: " + " | ".join(f"[{p.sender}] {p.text}" for p in mine))
+        lines.append(f"last: {last_result}")
+        self.read_ids = tuple(read)
+        return "\n".join(lines) + "\n>"
+
+
+def prompt_digest(prompt: str) -> str:
+    return hashlib.blake2b(prompt.encode(), digest_size=8).hexdigest()
+
+
+Program = Callable[[Actor], Awaitable[None]]
+
+
+async def default_program(actor: Actor) -> None:
+    """The agent loop every built-in organisation uses: observe, think, act, forever.
+
+    The loop never ends by itself: the time limit, the world finishing, or being fired ends it.
+    """
+    result = "you have just started"
+    while True:
+        response = await actor.think(actor.prompt(result))
+        result = await actor.act(response.text)

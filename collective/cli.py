@@ -1,0 +1,297 @@
+"""The ``collective`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from collective import log as logsetup
+from collective.records import (
+    Asked,
+    Began,
+    Committed,
+    Delivered,
+    Dropped,
+    Ended,
+    Episode,
+    EpisodeConfig,
+    EpisodeFileError,
+    Fired,
+    Hired,
+    Posted,
+    Rejected,
+    Sent,
+    Spawned,
+    Thought,
+    Woke,
+    load_episode,
+    save_episode,
+)
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
+    return fn
+
+
+def _param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _summary(ep: Episode, wall: float, out: str | None) -> dict[str, Any]:
+    s = ep.stats
+    return {
+        "score": round(ep.score, 6),
+        "duration": round(ep.duration, 3),
+        "end": ep.end,
+        "events": s.events,
+        "turns": s.turns,
+        "tokens": s.output_tokens,
+        "messages": s.sent,
+        "posts": s.posts,
+        "wall_time": round(wall, 3),
+        "out": out,
+    }
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+@command
+def cmd_run(a: argparse.Namespace) -> int:
+    from collective.conductor import run_episode
+    from policy.factory import make_policy
+    from policy.latency import latency_preset
+
+    sample_seed = a.sample_seed if a.sample_seed is not None else a.seed
+    policy = make_policy(a.policy, seed=sample_seed)
+    cfg = EpisodeConfig(
+        world=a.world,
+        params=dict(a.param),
+        agents=a.agents,
+        world_seed=a.seed,
+        sample_seed=sample_seed,
+        time_limit=a.time_limit,
+        org=a.org,
+        budget=a.budget,
+        clock=a.clock,
+        latency=latency_preset(a.latency),
+        policy=policy.name,
+    )
+    t0 = time.perf_counter()
+    ep = run_episode(cfg, policy)
+    wall = time.perf_counter() - t0
+    if a.out:
+        save_episode(ep, a.out)
+    print(json.dumps(_summary(ep, wall, a.out)))
+    return 0
+
+
+# -- replay and fork ---------------------------------------------------------------------------
+
+
+@command
+def cmd_replay(a: argparse.Namespace) -> int:
+    from collective.replay import first_divergence, fork, prefix, replay
+    from policy.factory import make_policy
+
+    ep = load_episode(a.episode)
+    t0 = time.perf_counter()
+    if a.until is None:
+        if a.policy or a.out:
+            print("replay: --policy and --out need --until (a fork)", file=sys.stderr)
+            return 2
+        again = replay(ep)
+        d = first_divergence(ep.events, again.events)
+        if d is not None:
+            print(f"replay of {a.episode} DIVERGED\n{d.describe()}")
+            return 1
+        print(
+            json.dumps(
+                {
+                    "replay": "identical",
+                    "events": len(ep.events),
+                    "wall_time": round(time.perf_counter() - t0, 3),
+                }
+            )
+        )
+        return 0
+    policy = make_policy(a.policy or "random", seed=a.seed or 0)
+    forked = fork(ep, a.until, policy, sample_seed=a.seed)
+    d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
+    if d is not None:
+        print(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
+        return 1
+    if a.out:
+        save_episode(forked, a.out)
+    summary = _summary(forked, time.perf_counter() - t0, a.out)
+    summary.update(
+        forked_at=a.until,
+        prefix_events=len(prefix(ep.events, a.until)),
+        original_score=round(ep.score, 6),
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+# -- show and diff -----------------------------------------------------------------------------
+
+
+def describe(e: Any) -> str:
+    """One event as a line a person reads."""
+    who = f"agent {e.agent}"
+    match e:
+        case Spawned(role=role, by=by):
+            return f"{who} starts as {role}" + (f" (hired by {by})" if by >= 0 else "")
+        case Asked(turn=turn, read=read):
+            return f"{who} thinks (turn {turn}" + (
+                f", read messages {list(read)})" if read else ")"
+            )
+        case Thought(text=text, asked=asked, output_tokens=n, version=v):
+            return f"{who} decides: {text}   [{n} tokens, asked at {asked:.1f}, v{v}]"
+        case Began(text=text, until=until):
+            end = "until a message" if until < 0 else f"until {until:.1f}"
+            return f"{who} begins: {text}   ({end})"
+        case Rejected(text=text, error=err):
+            return f"{who} REJECTED {text!r}: {err}"
+        case Committed(tool=tool, ok=ok, result=result, real=real):
+            extra = f"   (real {real:.3f}s)" if real else ""
+            return f"{who} {tool} {'->' if ok else 'FAILED ->'} {result}{extra}"
+        case Sent(to=to, text=text, msg=m):
+            return f"{who} -> agent {to}: {text!r}   (message {m})"
+        case Delivered(to=to, msg=m):
+            return f"message {m} delivered to agent {to}"
+        case Dropped(to=to, msg=m, reason=reason):
+            return f"message {m} to agent {to} DROPPED: {reason}"
+        case Posted(channel=ch, text=text):
+            return f"{who} posts on #{ch}: {text!r}"
+        case Hired(new=new, role=role):
+            return f"{who} hires agent {new} as {role}"
+        case Fired(target=target):
+            return f"{who} fires agent {target}"
+        case Woke(reason=reason):
+            return f"{who} wakes: {reason}"
+        case Ended(reason=reason, score=score):
+            return f"episode ends ({reason}), score {score:.4f}"
+    return repr(e)
+
+
+@command
+def cmd_show(a: argparse.Namespace) -> int:
+    ep = load_episode(a.episode)
+    c = ep.config
+    print(
+        f"# {c.world} {c.params or ''} agents={c.agents} org={c.org} world_seed={c.world_seed} "
+        f"sample_seed={c.sample_seed} T_max={c.time_limit:g}s clock={c.clock} "
+        f"latency={c.latency.name} policy={c.policy}"
+    )
+    shown = 0
+    for e in ep.events:
+        if a.agent is not None and e.agent != a.agent and not isinstance(e, Ended):
+            continue
+        if isinstance(e, Asked | Delivered) and not a.all:
+            continue
+        print(f"{e.t:10.3f}  {describe(e)}")
+        shown += 1
+        if a.limit and shown >= a.limit:
+            print(f"... ({len(ep.events)} events in all)")
+            break
+    print(
+        f"# score {ep.score:.4f} after {ep.duration:.1f}s simulated ({ep.end}); "
+        f"{ep.stats.turns} turns, {ep.stats.output_tokens} tokens, {ep.stats.sent} messages"
+    )
+    return 0
+
+
+@command
+def cmd_diff(a: argparse.Namespace) -> int:
+    from collective.replay import first_divergence
+
+    x, y = load_episode(a.a), load_episode(a.b)
+    for field in EpisodeConfig.__struct_fields__:
+        if getattr(x.config, field) != getattr(y.config, field):
+            print(f"config {field}: {getattr(x.config, field)!r} vs {getattr(y.config, field)!r}")
+    d = first_divergence(x.events, y.events)
+    if d is None:
+        print(f"identical event streams ({len(x.events)} events)")
+        return 0
+    print(f"first divergence at event {d.index} (t={(d.expected or d.got).t:.3f}):")
+    print(f"  {a.a}: " + ("(ended)" if d.expected is None else describe(d.expected)))
+    print(f"  {a.b}: " + ("(ended)" if d.got is None else describe(d.got)))
+    return 1
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="collective", description=__doc__)
+    p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run one episode")
+    r.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
+    r.add_argument("--agents", type=int, default=3)
+    r.add_argument("--seed", type=int, default=0, help="world seed (and sampling seed)")
+    r.add_argument("--sample-seed", type=int, default=None, help="sampling seed, if different")
+    r.add_argument("--time-limit", type=float, default=600.0, help="T_max, simulated seconds")
+    r.add_argument("--policy", default="random")
+    r.add_argument("--org", default="flat")
+    r.add_argument("--budget", type=int, default=0, help="how many agents may be hired")
+    r.add_argument("--clock", choices=["virtual", "hybrid", "real"], default="virtual")
+    r.add_argument("--latency", default="h200-8b", help="latency preset")
+    r.add_argument(
+        "--param",
+        type=_param,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a world parameter (repeatable)",
+    )
+    r.add_argument("--out", help="write the episode here (msgpack)")
+
+    rp = sub.add_parser("replay", help="replay an episode and check it is identical; or fork it")
+    rp.add_argument("episode")
+    rp.add_argument("--until", type=float, default=None, help="fork: replay up to this time")
+    rp.add_argument("--policy", default=None, help="fork: the policy after --until")
+    rp.add_argument("--seed", type=int, default=None, help="fork: new sampling seed")
+    rp.add_argument("--out", help="fork: write the forked episode here")
+
+    s = sub.add_parser("show", help="print an episode's timeline")
+    s.add_argument("episode")
+    s.add_argument("--agent", type=int, default=None, help="only this agent's events")
+    s.add_argument("--all", action="store_true", help="also thinking starts and deliveries")
+    s.add_argument("--limit", type=int, default=0, help="at most this many lines")
+
+    d = sub.add_parser("diff", help="the first divergence between two episodes")
+    d.add_argument("a")
+    d.add_argument("b")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logsetup.configure(args.verbose)
+    try:
+        return COMMANDS[args.command](args)
+    except (EpisodeFileError, ValueError, FileNotFoundError) as e:
+        if args.verbose:
+            raise
+        print(f"collective {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The conductor: the one place simulated time moves.
+
+Its loop, for every episode it runs at once:
+
+1. wait for quiescence: every actor of every episode is parked;
+2. start every parked request, episode by episode, in agent-id order (a tool call is scheduled
+   to land after its duration; a think joins the batch);
+3. send all thinks of all episodes to the policy as ONE batch (one per policy of the
+   organisation), and schedule each answer at the simulated time its latency model charges;
+4. move each episode's clock to its next due instant and apply everything due then, in heap
+   order ``(time, priority, agent, seq)``; only here are actors resumed.
+
+trio decides the order actors run in between two quiescences, and that order cannot matter:
+actors only read frozen state and park. That is the whole determinism argument.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+
+import msgspec
+import structlog
+import trio
+
+from collective.actor import Actor, Program, default_program
+from collective.episode import LiveEpisode, Replay
+from collective.records import Episode, EpisodeConfig
+from policy.base import Policy, PolicyError, PolicyRequest
+
+log = structlog.get_logger("collective.conductor")
+
+
+class BatchStats(msgspec.Struct, kw_only=True):
+    """Running totals of policy batches; constant memory, whatever the run length."""
+
+    batches: int = 0
+    requests: int = 0
+    largest: int = 0
+    policy_seconds: float = 0.0  # real seconds spent inside policy calls
+
+    @property
+    def mean(self) -> float:
+        return self.requests / self.batches if self.batches else 0.0
+
+
+class Conductor:
+    """Runs episodes, many at once, batching every policy call at quiescence.
+
+    ``policies`` maps the organisation's policy names (``trained``, ``frozen``) to backends;
+    a single backend serves both.
+    """
+
+    def __init__(
+        self,
+        policies: Policy | dict[str, Policy],
+        *,
+        program: Program = default_program,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        if isinstance(policies, dict):
+            self.policies = dict(policies)
+        else:
+            self.policies = {"trained": policies, "frozen": policies}
+        self.program = program
+        self.on_batch = on_batch
+        self.runnable = 0  # actor tasks not parked
+        self._quiet = trio.Event()
+        self.batch_stats = BatchStats()
+
+    # -- quiescence -----------------------------------------------------------------------------
+
+    def task_done(self) -> None:
+        """An actor parked or finished."""
+        self.runnable -= 1
+        if self.runnable == 0:
+            self._quiet.set()
+
+    async def _quiescence(self) -> None:
+        while self.runnable:
+            self._quiet = trio.Event()
+            await self._quiet.wait()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def play(
+        self,
+        configs: Iterable[EpisodeConfig],
+        *,
+        concurrency: int = 1,
+        emit: Callable[[Episode], Awaitable[None] | None] | None = None,
+        replay: Replay | None = None,
+    ) -> list[Episode]:
+        """Run every config, ``concurrency`` episodes at a time, and return (or ``emit``, as each
+        finishes) their records. Episodes are independent; batching is shared."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        try:
+            return await self._play(iter(configs), concurrency, emit, replay)
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+
+    async def _play(
+        self,
+        queue: Iterator[EpisodeConfig],
+        concurrency: int,
+        emit: Callable[[Episode], Awaitable[None] | None] | None,
+        replay: Replay | None,
+    ) -> list[Episode]:
+        done: list[Episode] = []
+        live: list[LiveEpisode] = []
+        async with trio.open_nursery() as nursery:
+
+            async def admit() -> None:
+                while len(live) < concurrency:
+                    cfg = next(queue, None)
+                    if cfg is None:
+                        return
+                    ep = LiveEpisode(cfg, self, self.program, replay)
+                    await nursery.start(ep.host)
+                    live.append(ep)
+
+            await admit()
+            while live:
+                await self._quiescence()
+                thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]] = []
+                for ep in live:
+                    ep.start_requests(thinks)
+                if thinks:
+                    await self._think(thinks)
+                if any(ep.cfg.clock == "real" for ep in live):
+                    await self._sleep_until_due(live)
+                for ep in live:
+                    await ep.advance()
+                if any(ep.ended for ep in live):
+                    for ep in [ep for ep in live if ep.ended]:
+                        live.remove(ep)
+                        record = ep.record()
+                        log.debug(
+                            "episode ended",
+                            world=ep.cfg.world,
+                            reason=ep.end_reason,
+                            score=ep.final_score,
+                            t=ep.now,
+                            events=len(ep.events),
+                        )
+                        if emit is None:
+                            done.append(record)
+                        else:
+                            result = emit(record)
+                            if result is not None:
+                                await result
+                    await admit()
+        return done
+
+    async def _think(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
+        by_policy: dict[str, list[tuple[LiveEpisode, Actor, PolicyRequest]]] = {}
+        for item in thinks:
+            by_policy.setdefault(item[1].policy, []).append(item)
+        for key, items in by_policy.items():
+            policy = self.policies.get(key)
+            if policy is None:
+                raise PolicyError(f"no policy named {key!r} was given to the conductor")
+            requests = [req for _, _, req in items]
+            t0 = time.perf_counter()
+            responses = await policy.generate(requests)
+            self.batch_stats.policy_seconds += time.perf_counter() - t0
+            if len(responses) != len(requests):
+                raise PolicyError(
+                    f"policy {policy.name!r} answered {len(responses)} of {len(requests)} requests"
+                )
+            self.batch_stats.batches += 1
+            self.batch_stats.requests += len(requests)
+            self.batch_stats.largest = max(self.batch_stats.largest, len(requests))
+            if self.on_batch is not None:
+                self.on_batch(len(requests))
+            for (ep, actor, req), resp in zip(items, responses, strict=True):
+                if len(resp.logprobs) != len(resp.token_ids):
+                    raise PolicyError(
+                        f"policy {policy.name!r}: agent {req.agent} turn {req.turn}: "
+                        f"{len(resp.token_ids)} tokens but {len(resp.logprobs)} logprobs"
+                    )
+                ep.answer(actor, req, resp)
+
+    async def _sleep_until_due(self, live: list[LiveEpisode]) -> None:
+        """Real clock mode: nothing is due before the wall clock reaches it."""
+        due = min(
+            (ep.t0_wall + ep.next_due() for ep in live if ep.cfg.clock == "real"), default=math.inf
+        )
+        limit = min(ep.t0_wall + ep.cfg.time_limit for ep in live if ep.cfg.clock == "real")
+        target = min(due, limit)
+        if target > trio.current_time():
+            await trio.sleep_until(target)
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    """trio wraps every error in an ExceptionGroup; a lone error is clearer unwrapped, and keeps
+    its own traceback. Several errors stay grouped."""
+    err: BaseException = group
+    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+        err = err.exceptions[0]
+    return err
+
+
+def run_episode(
+    cfg: EpisodeConfig, policy: Policy | dict[str, Policy], *, program: Program = default_program
+) -> Episode:
+    """Run one episode to its end, synchronously (a convenience over ``Conductor.play``)."""
+    return run_episodes([cfg], policy, program=program)[0]
+
+
+def run_episodes(
+    cfgs: Iterable[EpisodeConfig],
+    policy: Policy | dict[str, Policy],
+    *,
+    concurrency: int = 1,
+    program: Program = default_program,
+) -> list[Episode]:
+    conductor = Conductor(policy, program=program)
+    return trio.run(lambda: conductor.play(cfgs, concurrency=concurrency))

@@ -1,0 +1,627 @@
+"""One live episode: its worlds, its actors, its heap of due events, and where effects land.
+
+This is where an agent's message goes. Every effect on shared state (a tool call, a delivery, a
+post, a hire or fire) is applied here, by the conductor, either when it starts a parked actor's
+request (``start_requests``, in agent-id order) or when the simulated clock reaches the effect
+(``advance``, in heap order ``(time, priority, agent, seq)``). Actors are resumed only inside
+``advance``, so everything an actor reads was committed before it ran.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import math
+import time
+from collections import deque
+from typing import Any
+
+import outcome
+import structlog
+import trio
+
+from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
+from collective.actor import THINK, Actor, Fired, Program, prompt_digest
+from collective.comms import Archive, Channel, Message
+from collective.organisation import make_organisation
+from collective.records import (
+    Asked,
+    Began,
+    Committed,
+    Delivered,
+    Dropped,
+    Ended,
+    Episode,
+    EpisodeConfig,
+    Hired,
+    Posted,
+    Rejected,
+    Sent,
+    Spawned,
+    Stats,
+    Thought,
+    Turn,
+    Woke,
+)
+from collective.records import (
+    Fired as FiredEvent,
+)
+from collective.registry import make_world
+from collective.world import ToolError, World
+from policy.base import PolicyRequest, PolicyResponse
+
+log = structlog.get_logger("collective.episode")
+
+# Priorities of heap entries that fall on the same instant: answers first, then effects, then
+# plain resumptions, then timers, so a message landing at t wakes a waiter before its timeout.
+RESPOND, COMMIT, RESUME, TIMER = 0, 1, 2, 3
+
+_DOCS = {
+    "msg": "send a direct message",
+    "post": "post on a channel",
+    "read": "read a channel",
+    "put": "save a note to the archive",
+    "search": "search the archive",
+    "wait": "wait for a message (0 = until one comes)",
+    "hire": "hire an agent",
+    "fire": "fire an agent you hired",
+}
+
+
+class Replay:
+    """What a replay feeds back instead of measuring, for everything begun before ``until``:
+    the real durations of tools (``hybrid``), and the answer times of policy calls in a ``real``
+    clock episode, whose latencies no model can recompute. Virtual latencies are recomputed, so
+    a tampered time is caught rather than trusted."""
+
+    def __init__(self, episode: Episode, until: float = math.inf) -> None:
+        self.until = until
+        self.real: dict[tuple[int, int], float] = {}
+        self.answered: dict[tuple[int, int], float] = {}
+        begun: dict[tuple[int, int], float] = {}
+        for e in episode.events:
+            if isinstance(e, Began):
+                begun[(e.agent, e.act)] = e.t
+            elif isinstance(e, Committed) and begun.get((e.agent, e.act), math.inf) < until:
+                self.real[(e.agent, e.act)] = e.real
+            elif isinstance(e, Thought) and e.asked < until and episode.config.clock == "real":
+                self.answered[(e.agent, e.turn)] = e.t
+
+
+class LiveEpisode:
+    def __init__(
+        self, cfg: EpisodeConfig, conductor: Any, program: Program, replay: Replay | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.conductor = conductor
+        self.program = program
+        self.replay = replay
+        self.org = make_organisation(cfg.org, cfg.budget)
+        sizes = self.org.groups(cfg.agents)
+        if sum(sizes) != cfg.agents or min(sizes) < 1:
+            raise ValueError(f"organisation {cfg.org!r} split {cfg.agents} agents into {sizes}")
+        self.worlds: list[World] = [
+            make_world(cfg.world, n, self.org.variant_seed(g, cfg.world_seed), cfg.params)
+            for g, n in enumerate(sizes)
+        ]
+        self.now = 0.0
+        self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0
+        self.heap: list[tuple[float, int, int, int, int, Any]] = []
+        self.seq = 0
+        self.pending: list[Actor] = []
+        self.actors: dict[int, Actor] = {}
+        self.group_sizes = list(sizes)
+        self.next_id = 0
+        self.id_limit = cfg.agents  # ids agents may address: grows with each hire
+        self.alive = 0
+        self.next_msg = 0
+        self.hired_alive = 0
+        self.hirer: dict[int, int] = {}  # hired agent -> who hired it
+        self.channels: dict[str, Channel] = {}
+        self.archive = Archive(cfg.archive_size)
+        self.events: list[Any] = []
+        self.turns: list[Turn] = []
+        self.curve: list[tuple[float, float]] = []
+        self.stats = Stats()
+        self.spaces: dict[tuple[str, int, int], ActionSpace] = {}
+        self.world_specs = [w.tool_specs() for w in self.worlds]
+        self.ended = False
+        self.end_reason = ""
+        self.final_score = 0.0
+        self.nursery: trio.Nursery | None = None
+        self.curve.append((0.0, self.score()))
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    async def host(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the episode's nursery: its actors live and die in it, and the time limit cancels
+        it (structured concurrency: nothing outlives its episode)."""
+        if self.cfg.clock == "real":
+            self.t0_wall = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            n = self.cfg.agents
+            start = 0
+            for g, size in enumerate(self.group_sizes):
+                for local in range(size):
+                    self.spawn(self.org.role(start + local, n), g, local, by=-1)
+                start += size
+            task_status.started()
+            await trio.sleep_forever()
+
+    def space_for(self, role: str, group: int) -> ActionSpace:
+        """The action space of a role in a group; rebuilt only when the set of ids grows."""
+        key = (role, group, self.id_limit)
+        space = self.spaces.get(key)
+        if space is None:
+            space = ActionSpace(self.world_specs[group] + self._primitive_specs(role, group))
+            self.spaces = {k: v for k, v in self.spaces.items() if k[2] == self.id_limit}
+            self.spaces[key] = space
+        return space
+
+    def _primitive_specs(self, role: str, group: int) -> tuple[ToolSpec, ...]:
+        chans = self.org.channels(role, group)
+        words = tuple(dict.fromkeys(w for world in self.worlds for w in world.lexicon))
+        text = ArgSpec("text", "text", max_chars=80, words=words)
+        args: dict[str, tuple[ArgSpec, ...]] = {
+            "msg": (ArgSpec("to", "int", lo=0, hi=self.id_limit - 1), text),
+            "post": (ArgSpec("channel", "choice", choices=chans), text),
+            "read": (ArgSpec("channel", "choice", choices=chans),),
+            "put": (text,),
+            "search": (ArgSpec("query", "text", max_chars=40, words=words),),
+            "wait": (ArgSpec("seconds", "int", lo=0, hi=self.cfg.max_wait),),
+            "hire": (ArgSpec("role", "choice", choices=self.org.hire_roles(role) or ("none",)),),
+            "fire": (ArgSpec("agent", "int", lo=0, hi=self.id_limit - 1),),
+        }
+        out = []
+        for name in self.org.primitives(role):
+            if name in ("post", "read") and not chans:
+                continue
+            kind = "wait" if name == "wait" else "comm"
+            out.append(ToolSpec(name, args[name], kind, _DOCS[name]))
+        return tuple(out)
+
+    def spawn(self, role: str, group: int, local: int, by: int) -> Actor:
+        agent_id = self.next_id
+        self.next_id += 1
+        actor = Actor(self, agent_id, role, group, local)
+        self.actors[agent_id] = actor
+        self.alive += 1
+        self.stats.peak_agents = max(self.stats.peak_agents, self.alive)
+        self.log(Spawned(self.now, agent_id, role, by))
+        self.conductor.runnable += 1
+        assert self.nursery is not None
+        self.nursery.start_soon(self._actor_main, actor, name=f"agent-{agent_id}")
+        return actor
+
+    async def _actor_main(self, actor: Actor) -> None:
+        try:
+            await self.program(actor)
+        except Fired:
+            pass
+        finally:
+            if actor.alive:
+                actor.alive = False
+                self.alive -= 1
+            self.conductor.task_done()
+
+    # -- parking: the only way an actor waits ----------------------------------------------------
+
+    async def park(self, actor: Actor, kind: int, payload: object) -> Any:
+        if not actor.alive:
+            raise Fired()  # fired at the instant it was resumed, before it could run
+        if self.ended:
+            await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
+        actor.request = (kind, payload)
+        actor.task = trio.lowlevel.current_task()
+        actor.parked = True
+        self.pending.append(actor)
+        conductor = self.conductor
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            # Cancelled (the time limit) while parked: withdraw whatever was asked.
+            actor.request = None
+            actor.parked = False
+            conductor.runnable += 1
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        conductor.task_done()
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _resume(self, actor: Actor, value: Any) -> None:
+        actor.waiting = False
+        actor.parked = False
+        self.conductor.runnable += 1
+        trio.lowlevel.reschedule(actor.task, outcome.Value(value))
+
+    # -- starting requests, in canonical order --------------------------------------------------
+
+    def start_requests(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
+        pending = sorted((a for a in self.pending if a.request is not None), key=lambda a: a.id)
+        self.pending = []
+        for actor in pending:
+            kind, payload = actor.request  # type: ignore[misc]
+            actor.request = None
+            if kind == THINK:
+                req: PolicyRequest = payload  # type: ignore[assignment]
+                self.log(
+                    Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
+                )
+                self.stats.read += len(actor.read_ids)
+                thinks.append((self, actor, req))
+            else:
+                self._begin(actor, payload)  # type: ignore[arg-type]
+
+    def answer(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse) -> None:
+        """Schedule a policy answer at the simulated time the latency model charges."""
+        key = (actor.id, req.turn)
+        if self.replay is not None and key in self.replay.answered:
+            at = self.replay.answered[key]  # a real-clock episode: its latencies were measured
+        elif self.cfg.clock == "real":
+            at = max(self.now, trio.current_time() - self.t0_wall)
+        else:
+            at = self.now + self.cfg.latency.seconds(resp.prompt_tokens, len(resp.token_ids))
+        self._schedule(at, RESPOND, actor.id, (actor, req, resp))
+
+    def _begin(self, actor: Actor, text: str) -> None:
+        act = actor.acts
+        actor.acts += 1
+        try:
+            action = parse_action(text, actor.space)
+        except ActionError as e:
+            self.stats.rejected += 1
+            self.log(Rejected(self.now, actor.id, act, text[:200], str(e)))
+            self._finish_turn(actor, "", "invalid", False, f"error: {e}")
+            self._schedule(self.now, RESUME, actor.id, (actor, f"error: {e}"))
+            return
+        self.stats.actions += 1
+        tr = actor.turn_record
+        if tr is not None and tr.kind == "":
+            n = len(tr.token_ids)
+            if action.kind == "world":
+                self.stats.world_tokens += n
+            elif action.kind == "comm":
+                self.stats.comm_tokens += n
+        if action.tool == "wait":
+            self._begin_wait(actor, act, text, int(action.args[0]))
+            return
+        if action.kind == "world":
+            world = self.worlds[actor.group]
+            try:
+                duration = world.tool_duration(action.tool, actor.local, action.args)
+            except Exception as e:
+                self._tool_failed(actor, act, action, e)
+                return
+        else:
+            duration = self.cfg.comm_duration
+        until = self.now + duration
+        self.log(Began(self.now, actor.id, act, text, until))
+        self._schedule(until, COMMIT, actor.id, (actor, act, action))
+
+    def _begin_wait(self, actor: Actor, act: int, text: str, seconds: int) -> None:
+        until = self.now + seconds if seconds else -1.0
+        self.log(Began(self.now, actor.id, act, text, until))
+        actor.waiting = True
+        actor.wait_token += 1
+        news = self._news_for(actor)
+        if news:  # something arrived while it was thinking: wake it at once (in advance)
+            self._schedule(self.now, TIMER, actor.id, (actor, act, actor.wait_token, news))
+            return
+        for name in self.org.channels(actor.role, actor.group):
+            self._channel(name).waiting.add(actor.id)
+        if seconds:
+            self._schedule(until, TIMER, actor.id, (actor, act, actor.wait_token, "timeout"))
+        # A wait with no timeout leaves nothing on the heap: an idle agent costs no CPU.
+
+    # -- advancing the clock: the only place actors are resumed ---------------------------------
+
+    def next_due(self) -> float:
+        return self.heap[0][0] if self.heap else math.inf
+
+    async def advance(self) -> None:
+        """Move to the next instant with due events and apply them all, in canonical order."""
+        if not self.heap:
+            self._end("idle")  # everyone waits for a message nobody can send
+            return
+        t = self.heap[0][0]
+        if t >= self.cfg.time_limit:
+            self.now = self.cfg.time_limit
+            self._end("time_limit")
+            return
+        if self.cfg.clock == "real" and t > trio.current_time() - self.t0_wall:
+            return
+        self.now = t
+        changed = False
+        while self.heap and self.heap[0][0] == t:
+            _, prio, _, _, _, item = heapq.heappop(self.heap)
+            if prio == RESPOND:
+                self._respond(*item)
+            elif prio == COMMIT:
+                changed |= await self._commit(*item)
+            elif prio == RESUME:
+                actor, value = item
+                if actor.alive:
+                    self._resume(actor, value)
+            else:
+                actor, act, token, reason = item
+                if actor.alive and actor.waiting and actor.wait_token == token:
+                    self._wake(actor, act, reason)
+            if len(self.events) >= self.cfg.max_events:
+                self._end("event_limit")
+                return
+        if changed:
+            s = self.score()
+            if s != self.curve[-1][1]:
+                self.curve.append((t, s))
+            if self.org.finished([w.done() for w in self.worlds]):
+                self._end("done")
+
+    def _respond(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse) -> None:
+        if not actor.alive:
+            return
+        n_out = len(resp.token_ids)
+        self.stats.turns += 1
+        self.stats.output_tokens += n_out
+        self.stats.prompt_tokens += resp.prompt_tokens
+        self.log(
+            Thought(
+                self.now,
+                actor.id,
+                req.turn,
+                req.asked,
+                resp.text,
+                resp.version,
+                resp.prompt_tokens,
+                n_out,
+            )
+        )
+        turn = Turn(
+            agent=actor.id,
+            turn=req.turn,
+            role=actor.role,
+            policy=actor.policy,
+            asked=req.asked,
+            answered=self.now,
+            prompt=req.prompt if self.cfg.keep_prompts else "",
+            text=resp.text,
+            token_ids=resp.token_ids,
+            logprobs=resp.logprobs,
+            prompt_tokens=resp.prompt_tokens,
+            version=resp.version,
+        )
+        self.turns.append(turn)
+        actor.turn_record = turn
+        self._resume(actor, resp)
+
+    async def _commit(self, actor: Actor, act: int, action: Action) -> bool:
+        """Apply an action's effect now; returns whether world state may have changed."""
+        if not actor.alive:
+            return False
+        if action.kind != "world":
+            ok, result = self._primitive(actor, action)
+            self.log(Committed(self.now, actor.id, act, action.tool, ok, result, 0.0))
+            self._finish_turn(actor, action.tool, action.kind, ok, result)
+            self._resume(actor, result)
+            return action.tool in ("hire", "fire")
+        world = self.worlds[actor.group]
+        t0 = time.perf_counter()
+        try:
+            value = world.call_tool(action.tool, actor.local, action.args)
+            if inspect.isawaitable(value):
+                value = await value
+            ok, result = True, str(value)
+        except ToolError as e:
+            ok, result = False, f"error: {e}"
+        except Exception as e:
+            self._tool_failed(actor, act, action, e, committing=True)
+            return True
+        real = time.perf_counter() - t0 if self.cfg.clock == "hybrid" else 0.0
+        if self.replay is not None and (actor.id, act) in self.replay.real:
+            real = self.replay.real[(actor.id, act)]
+        if not ok:
+            self.stats.tool_errors += 1
+        self.log(Committed(self.now, actor.id, act, action.tool, ok, result, real))
+        self._finish_turn(actor, action.tool, "world", ok, result)
+        if real > 0:
+            self._schedule(self.now + real, RESUME, actor.id, (actor, result))
+        else:
+            self._resume(actor, result)
+        return True
+
+    def _tool_failed(
+        self, actor: Actor, act: int, action: Action, e: Exception, committing: bool = False
+    ) -> None:
+        """A world's tool raised something other than ToolError: a bug in the world. The agent
+        gets an error result and the episode goes on; the log keeps the evidence."""
+        where = f"{type(self.worlds[actor.group]).__name__}.{action.tool}"
+        result = f"error: {where} failed: {type(e).__name__}: {e}"
+        log.warning("tool raised", tool=where, agent=actor.id, t=self.now, exc_info=e)
+        self.stats.tool_errors += 1
+        self.log(Committed(self.now, actor.id, act, action.tool, False, result, 0.0))
+        self._finish_turn(actor, action.tool, "world", False, result)
+        if committing:
+            self._resume(actor, result)
+        else:
+            self._schedule(self.now, RESUME, actor.id, (actor, result))
+
+    def _finish_turn(self, actor: Actor, tool: str, kind: str, ok: bool, result: str) -> None:
+        tr = actor.turn_record
+        if tr is None or tr.kind:
+            return
+        tr.tool, tr.kind, tr.ok, tr.result, tr.finished = tool, kind, ok, result[:200], self.now
+
+    # -- the communication primitives ------------------------------------------------------------
+
+    def _primitive(self, actor: Actor, action: Action) -> tuple[bool, str]:
+        tool, args = action.tool, action.args
+        if tool == "msg":
+            return self._send(actor, int(args[0]), str(args[1]))
+        if tool == "post":
+            channel = self._channel(str(args[0]))
+            msg = Message(self.next_msg, self.now, actor.id, str(args[1]))
+            self.next_msg += 1
+            channel.post(msg)
+            self.stats.posts += 1
+            self.log(Posted(self.now, actor.id, msg.id, channel.name, msg.text))
+            for waiter in sorted(channel.waiting):
+                other = self.actors[waiter]
+                if waiter != actor.id and other.waiting:
+                    self._wake(other, other.acts - 1, f"post on #{channel.name}")
+            return True, f"posted on #{channel.name}"
+        if tool == "read":
+            channel = self._channel(str(args[0]))
+            posts = list(channel.posts)[-5:]
+            if not posts:
+                return True, f"#{channel.name} is empty"
+            return True, " | ".join(f"[{p.sender}] {p.text}" for p in posts)
+        if tool == "put":
+            nid = self.archive.put(actor.id, str(args[0]))
+            return True, f"saved as note {nid}"
+        if tool == "search":
+            hits = self.archive.search(str(args[0]))
+            if not hits:
+                return True, "no notes match"
+            return True, " | ".join(f"note {nid} by {a}: {text}" for nid, a, text in hits)
+        if tool == "hire":
+            return self._hire(actor, str(args[0]))
+        if tool == "fire":
+            return self._fire(actor, int(args[0]))
+        raise AssertionError(f"unhandled primitive {tool}")
+
+    def _send(self, sender: Actor, to: int, text: str) -> tuple[bool, str]:
+        msg_id = self.next_msg
+        self.next_msg += 1
+        self.stats.sent += 1
+        self.log(Sent(self.now, sender.id, msg_id, to, text))
+        recipient = self.actors.get(to)
+        reason = ""
+        if recipient is None or not recipient.alive:
+            reason = "no_such_agent"
+        elif not self.org.may_message(sender.group, recipient.group):
+            reason = "not_allowed"
+        elif recipient.inbox is not None and len(recipient.inbox) >= self.cfg.mailbox:
+            if self.cfg.overflow == "drop_newest":
+                reason = "mailbox_full"
+            else:
+                old = recipient.inbox.popleft()
+                self.stats.evicted += 1
+                self.log(Dropped(self.now, old.sender, old.id, to, "evicted"))
+        if reason:
+            self.stats.dropped += 1
+            self.log(Dropped(self.now, sender.id, msg_id, to, reason))
+            return False, f"message to {to} dropped: {reason.replace('_', ' ')}"
+        assert recipient is not None
+        if recipient.inbox is None:
+            recipient.inbox = deque()
+        recipient.inbox.append(Message(msg_id, self.now, sender.id, text))
+        self.stats.delivered += 1
+        self.log(Delivered(self.now, sender.id, msg_id, to))
+        if recipient.waiting:
+            self._wake(recipient, recipient.acts - 1, f"message from {sender.id}")
+        return True, f"delivered to {to}"
+
+    def _hire(self, actor: Actor, role: str) -> tuple[bool, str]:
+        if role not in self.org.hire_roles(actor.role):
+            return False, f"error: a {actor.role} may not hire a {role}"
+        if self.hired_alive >= self.org.budget:
+            return False, f"error: hiring budget of {self.org.budget} reached; fire someone first"
+        group = actor.group
+        local = self.group_sizes[group]
+        self.group_sizes[group] += 1
+        self.worlds[group].join(local)
+        self.id_limit = max(self.id_limit, self.next_id + 1)
+        new = self.spawn(role, group, local, by=actor.id)
+        self.hirer[new.id] = actor.id
+        self.hired_alive += 1
+        self.stats.hires += 1
+        self.log(Hired(self.now, actor.id, new.id, role))
+        return True, f"hired agent {new.id} as {role}"
+
+    def _fire(self, actor: Actor, target_id: int) -> tuple[bool, str]:
+        target = self.actors.get(target_id)
+        if target is None or not target.alive:
+            return False, f"error: there is no agent {target_id}"
+        if self.hirer.get(target_id) != actor.id:
+            return False, f"error: you may only fire agents you hired; {target_id} is not one"
+        target.alive = False
+        self.alive -= 1
+        self.hired_alive -= 1
+        self.stats.fires += 1
+        self.worlds[target.group].leave(target.local)
+        self.log(FiredEvent(self.now, actor.id, target_id))
+        if target.parked:
+            # Parked on an in-flight request or a wait: end its program now. Its heap entries
+            # are skipped because it is no longer alive. (If it was resumed at this very
+            # instant, its next park raises Fired instead.)
+            target.parked = False
+            self.conductor.runnable += 1
+            trio.lowlevel.reschedule(target.task, outcome.Error(Fired()))
+        return True, f"fired agent {target_id}"
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _channel(self, name: str) -> Channel:
+        ch = self.channels.get(name)
+        if ch is None:
+            ch = self.channels[name] = Channel(name, self.cfg.channel_history)
+        return ch
+
+    def _news_for(self, actor: Actor) -> str:
+        if actor.inbox:
+            return f"{len(actor.inbox)} new message(s)"
+        for name in self.org.channels(actor.role, actor.group):
+            ch = self.channels.get(name)
+            if ch is not None and ch.next_seq > actor.cursors.get(name, 0):
+                posts, _, _ = ch.since(actor.cursors.get(name, 0), ch.capacity)
+                if any(p.sender != actor.id for p in posts):
+                    return f"news on #{name}"
+        return ""
+
+    def _wake(self, actor: Actor, act: int, reason: str) -> None:
+        for name in self.org.channels(actor.role, actor.group):
+            ch = self.channels.get(name)
+            if ch is not None:
+                ch.waiting.discard(actor.id)
+        actor.wait_token += 1
+        self.log(Woke(self.now, actor.id, reason))
+        result = f"woke: {reason}"
+        self.log(Committed(self.now, actor.id, act, "wait", True, result, 0.0))
+        self._finish_turn(actor, "wait", "wait", True, result)
+        self._resume(actor, result)
+
+    def _schedule(self, t: float, prio: int, agent: int, item: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, prio, agent, self.seq, 0, item))
+
+    def log(self, event: Any) -> None:
+        self.events.append(event)
+
+    def score(self) -> float:
+        s = float(self.org.combine([w.score() for w in self.worlds]))
+        if not 0.0 <= s <= 1.0 or math.isnan(s):
+            raise ValueError(f"world {self.cfg.world!r}: score() returned {s}, outside [0, 1]")
+        return s
+
+    def _end(self, reason: str) -> None:
+        self.final_score = self.score()
+        self.end_reason = reason
+        self.stats.unread = sum(len(a.inbox) for a in self.actors.values() if a.inbox)
+        self.log(Ended(self.now, -1, reason, self.final_score))
+        self.ended = True
+        for w in self.worlds:
+            w.close()
+        assert self.nursery is not None
+        self.nursery.cancel_scope.cancel()
+
+    def record(self) -> Episode:
+        self.stats.events = len(self.events)
+        return Episode(
+            config=self.cfg,
+            score=self.final_score,
+            duration=self.now,
+            end=self.end_reason,
+            stats=self.stats,
+            curve=self.curve,
+            events=self.events,
+            turns=self.turns,
+        )

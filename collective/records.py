@@ -1,0 +1,277 @@
+"""Typed records: everything that crosses a boundary is a ``msgspec.Struct``.
+
+An episode file is one msgpack-encoded :class:`Episode`: the config that reproduces it, the full
+event stream (for replay and debugging), per-agent turns (what the learner needs), the anytime
+score curve and counters. Nothing non-deterministic (wall time, host names) is stored, so the
+same run gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from policy.latency import DEFAULT_PRESET, PRESETS, LatencyModel
+
+FORMAT = 1
+
+ClockMode = Literal["virtual", "hybrid", "real"]
+Overflow = Literal["drop_newest", "drop_oldest"]
+
+
+# -- events: the replayable history of an episode, in commit order ---------------------------
+
+
+class Event(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    t: float  # simulated seconds since the episode began
+    agent: int  # who it concerns (-1 for the episode itself)
+
+
+class Spawned(Event, tag="spawn"):
+    role: str
+    by: int  # -1 for the agents the organisation starts with
+
+
+class Asked(Event, tag="ask"):
+    turn: int
+    prompt: str  # a digest of the prompt: replay notices a changed observation at once
+    read: tuple[int, ...]  # ids of the messages the prompt consumed from the mailbox
+
+
+class Thought(Event, tag="think"):
+    turn: int
+    asked: float
+    text: str
+    version: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+class Began(Event, tag="begin"):
+    act: int  # the agent's action counter
+    text: str
+    until: float  # when the effect lands
+
+
+class Rejected(Event, tag="reject"):
+    act: int
+    text: str
+    error: str
+
+
+class Committed(Event, tag="commit"):
+    act: int
+    tool: str
+    ok: bool
+    result: str
+    real: float  # measured real seconds of the tool (hybrid mode), charged and replayed
+
+
+class Sent(Event, tag="send"):
+    msg: int
+    to: int
+    text: str
+
+
+class Delivered(Event, tag="deliver"):
+    msg: int
+    to: int
+
+
+class Dropped(Event, tag="drop"):
+    msg: int
+    to: int
+    reason: str  # "mailbox_full", "evicted", "no_such_agent", "not_allowed", "unread_at_end"
+
+
+class Posted(Event, tag="post"):
+    msg: int
+    channel: str
+    text: str
+
+
+class Hired(Event, tag="hire"):
+    new: int
+    role: str
+
+
+class Fired(Event, tag="fire"):
+    target: int
+
+
+class Woke(Event, tag="wake"):
+    reason: str
+
+
+class Ended(Event, tag="end"):
+    reason: str  # "done", "time_limit", "idle", "event_limit"
+    score: float
+
+
+AnyEvent = (
+    Spawned
+    | Asked
+    | Thought
+    | Began
+    | Rejected
+    | Committed
+    | Sent
+    | Delivered
+    | Dropped
+    | Posted
+    | Hired
+    | Fired
+    | Woke
+    | Ended
+)
+
+
+# -- turns: what the learner needs ------------------------------------------------------------
+
+
+class Turn(msgspec.Struct, kw_only=True):
+    """One think-then-act cycle of one agent."""
+
+    agent: int
+    turn: int
+    role: str
+    policy: str  # which policy of the organisation answered ("trained", "frozen")
+    asked: float
+    answered: float
+    prompt: str  # empty when the episode was run with keep_prompts = false
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    prompt_tokens: int
+    version: int
+    tool: str = ""
+    kind: str = ""  # "world", "comm", "wait", "invalid"; "" if the episode ended first
+    ok: bool = False
+    result: str = ""
+    finished: float = -1.0  # when the action's result came back
+
+
+# -- configuration and the whole record -------------------------------------------------------
+
+
+class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Everything needed to run an episode again, except the policy's weights."""
+
+    world: str = "tally"  # built-in name, "path/file.py:Class" or "package.module:Class"
+    params: dict[str, Any] = {}  # keyword arguments of the world's constructor
+    agents: int = 3
+    world_seed: int = 0  # the task instance: a group shares it
+    sample_seed: int = 0  # the agents' sampling streams: differs within a group
+    time_limit: float = 600.0  # T_max, simulated seconds
+    org: str = "flat"
+    budget: int = 0  # how many agents the organisation may hire (alive at once)
+    clock: ClockMode = "virtual"
+    latency: LatencyModel = PRESETS[DEFAULT_PRESET]
+    mailbox: int = 16  # mailbox capacity per agent
+    overflow: Overflow = "drop_newest"
+    channel_history: int = 64  # posts a channel keeps
+    archive_size: int = 256  # entries the archive keeps
+    comm_duration: float = 1.0  # simulated seconds a communication primitive takes
+    max_wait: int = 600  # longest wait an agent may ask for, seconds
+    max_output_tokens: int = 64
+    temperature: float = 1.0
+    max_events: int = 5_000_000  # a guard against a world whose tools take no time
+    keep_prompts: bool = True
+    policy: str = ""  # the policy that ran it, as a description
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.agents >= 1, "agents must be >= 1"),
+            (self.time_limit > 0, "time_limit must be > 0"),
+            (self.budget >= 0, "budget must be >= 0"),
+            (self.mailbox >= 1, "mailbox must be >= 1"),
+            (self.channel_history >= 1, "channel_history must be >= 1"),
+            (self.archive_size >= 1, "archive_size must be >= 1"),
+            (self.comm_duration > 0, "comm_duration must be > 0"),
+            (self.max_wait >= 1, "max_wait must be >= 1"),
+            (self.max_output_tokens >= 1, "max_output_tokens must be >= 1"),
+            (self.temperature > 0, "temperature must be > 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"episode config: {msg}")
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    events: int = 0
+    turns: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    world_tokens: int = 0  # output tokens of turns that acted on the world (useful work)
+    comm_tokens: int = 0  # output tokens of turns that communicated
+    actions: int = 0
+    rejected: int = 0
+    tool_errors: int = 0
+    sent: int = 0
+    delivered: int = 0
+    dropped: int = 0
+    evicted: int = 0  # delivered, then pushed out of a full mailbox before being read
+    read: int = 0
+    unread: int = 0  # delivered and still in a mailbox at the end
+    posts: int = 0
+    missed_posts: int = 0  # posts a subscriber never saw because the channel history rolled over
+    hires: int = 0
+    fires: int = 0
+    peak_agents: int = 0
+
+
+class Episode(msgspec.Struct, kw_only=True):
+    format: int = FORMAT
+    config: EpisodeConfig
+    score: float
+    duration: float  # simulated seconds until the end
+    end: str
+    stats: Stats
+    curve: list[tuple[float, float]]  # (t, score) at every instant the score changed
+    events: list[AnyEvent]
+    turns: list[Turn]
+
+
+class EpisodeFileError(ValueError):
+    """An episode file is missing, truncated, corrupt, or of another format."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Episode)
+
+
+def encode_episode(ep: Episode) -> bytes:
+    return _encoder.encode(ep)
+
+
+def save_episode(ep: Episode, path: str | Path) -> None:
+    """Write atomically: a crash never leaves a half-written episode under the final name."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(encode_episode(ep))
+    tmp.replace(path)
+
+
+def load_episode(path: str | Path) -> Episode:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise EpisodeFileError(f"{path}: cannot read episode file ({e.strerror})") from None
+    if not data:
+        raise EpisodeFileError(f"{path}: empty file, not an episode")
+    try:
+        ep = _decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise EpisodeFileError(
+            f"{path}: not a valid episode file (truncated or corrupt: {e})"
+        ) from None
+    except msgspec.ValidationError as e:
+        raise EpisodeFileError(
+            f"{path}: episode file does not match format {FORMAT}: {e}"
+        ) from None
+    if ep.format != FORMAT:
+        raise EpisodeFileError(f"{path}: episode format {ep.format}, this version reads {FORMAT}")
+    return ep

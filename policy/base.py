@@ -1,0 +1,58 @@
+"""The policy interface: one async call that answers a whole batch of requests.
+
+Every backend (random, scripted, recorded, the tiny torch model, SGLang) implements
+:class:`Policy`. A response carries exactly what the learner needs: the sampled token ids, their
+log-probabilities under the distribution actually sampled from, and the version of the weights
+that sampled them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from collective.actions import ActionSpace
+
+
+class PolicyRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent asking what to do next."""
+
+    agent: int
+    turn: int
+    prompt: str
+    space: ActionSpace  # the constraint: the output must be one valid action of this space
+    seed: int  # derived from (episode sample seed, agent, turn): the request's own stream
+    max_tokens: int = 64
+    temperature: float = 1.0
+    asked: float = 0.0  # simulated time of the request (forks switch policy by it)
+
+
+class PolicyResponse(msgspec.Struct, kw_only=True):
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]  # one per output token, under the (masked) sampling distribution
+    prompt_tokens: int
+    version: int = 0
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A batched policy. ``generate`` must answer every request, in order, and a request's
+    answer must not depend on which other requests share its batch."""
+
+    name: str  # recorded in the episode, e.g. "random" or "tiny:runs/a/ckpt-40.pt"
+    version: int
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class PolicyError(RuntimeError):
+    """A backend could not answer; the message names the backend and the request."""

@@ -1,0 +1,18 @@
+"""Policies by name, as the command line and configs give them.
+
+``random``; ``tiny`` (fresh weights) or ``tiny:PATH`` (a checkpoint); ``sglang:URL`` or
+``sglang:launch:MODEL``.
+"""
+
+from __future__ import annotations
+
+from policy.base import Policy
+
+
+def make_policy(spec: str, *, seed: int = 0) -> Policy:
+    name, _, arg = spec.partition(":")
+    if name == "random" and not arg:
+        from policy.uniform import RandomPolicy
+
+        return RandomPolicy()
+    raise ValueError(f"unknown policy {spec!r}; policies are: random")

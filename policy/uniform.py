@@ -1,0 +1,87 @@
+"""The ``random`` policy: a uniformly random valid action, from each agent's own stream.
+
+It picks a tool uniformly, then each argument uniformly within its domain; text arguments are a
+few words from the argument's suggested vocabulary. The log-probability of each decision is put
+on the first token of the span it produced (zeros elsewhere), so the per-token logprobs sum to
+the true log-probability of the whole action.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from collective.actions import ArgSpec
+from collective.seeding import Stream
+from policy import tokenizer
+from policy.base import PolicyRequest, PolicyResponse
+
+_FALLBACK_WORDS = ("help", "done", "need", "have", "next", "ok", "wait", "go")
+
+
+def _text_arg(spec: ArgSpec, rng: Stream) -> tuple[str, float]:
+    words = spec.words or _FALLBACK_WORDS
+    n = 1 + rng.below(3)
+    lp = -math.log(3)
+    out: list[str] = []
+    for _ in range(n):
+        w = words[rng.below(len(words))]
+        lp -= math.log(len(words))
+        if len(" ".join([*out, w])) > spec.max_chars:
+            break
+        out.append(w)
+    return '"' + " ".join(out) + '"', lp
+
+
+def sample_action(req: PolicyRequest) -> tuple[str, list[int], list[float]]:
+    rng = Stream(req.seed)
+    tools = req.space.tools
+    spec = tools[rng.below(len(tools))]
+    pieces = [spec.name]
+    piece_lps = [-math.log(len(tools))]
+    for a in spec.args:
+        if a.kind == "int":
+            pieces.append(str(a.lo + rng.below(a.hi - a.lo + 1)))
+            piece_lps.append(-math.log(a.hi - a.lo + 1))
+        elif a.kind == "choice":
+            pieces.append(a.choices[rng.below(len(a.choices))])
+            piece_lps.append(-math.log(len(a.choices)))
+        else:
+            text, lp = _text_arg(a, rng)
+            pieces.append(text)
+            piece_lps.append(lp)
+    ids: list[int] = []
+    lps: list[float] = []
+    for i, (piece, lp) in enumerate(zip(pieces, piece_lps, strict=True)):
+        b = tokenizer.encode((" " if i else "") + piece)
+        ids += b
+        lps += [0.0] * len(b)
+        lps[len(lps) - len(b) + (1 if i else 0)] = lp  # on the piece's first byte, after the space
+    ids.append(tokenizer.EOS)
+    lps.append(0.0)
+    return " ".join(pieces), ids, lps
+
+
+class RandomPolicy:
+    """Samples valid actions uniformly; its version is always 0 (it never learns)."""
+
+    name = "random"
+    version = 0
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        out = []
+        for r in requests:
+            text, ids, lps = sample_action(r)
+            out.append(
+                PolicyResponse(
+                    text=text,
+                    token_ids=ids,
+                    logprobs=lps,
+                    prompt_tokens=tokenizer.count(r.prompt),
+                    version=0,
+                )
+            )
+        return out
+
+    async def aclose(self) -> None:
+        return None

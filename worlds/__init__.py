@@ -1,0 +1,5 @@
+"""The built-in worlds, by name. Each is a short readable class; see docs/writing-a-world.md."""
+
+BUILTIN: dict[str, str] = {
+    "tally": "worlds.tally:Tally",
+}
