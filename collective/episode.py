@@ -124,6 +124,8 @@ class LiveEpisode:
         self.curve: list[tuple[float, float]] = []
         self.stats = Stats()
         self.spaces: dict[tuple[str, int, int], ActionSpace] = {}
+        self.space_list: list[ActionSpace] = []  # every space a turn used, for the learner
+        self.space_index: dict[int, int] = {}  # id(space) -> index in space_list
         self.world_specs = [w.tool_specs() for w in self.worlds]
         self.ended = False
         self.end_reason = ""
@@ -588,6 +590,13 @@ class LiveEpisode:
         self.log(Committed(self.now, actor.id, act, "wait", True, result, 0.0))
         self._finish_turn(actor, "wait", "wait", True, result)
         self._resume(actor, result)
+
+    def _space_number(self, space: ActionSpace) -> int:
+        i = self.space_index.get(id(space))
+        if i is None:
+            i = self.space_index[id(space)] = len(self.space_list)
+            self.space_list.append(space)  # keeps it alive, so its id stays unique
+        return i
 
     def _schedule(self, t: float, prio: int, agent: int, item: Any) -> None:
         self.seq += 1

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from collective.actions import ActionSpace
 from policy.latency import DEFAULT_PRESET, PRESETS, LatencyModel
 
 FORMAT = 1
@@ -146,6 +147,7 @@ class Turn(msgspec.Struct, kw_only=True):
     logprobs: list[float]
     prompt_tokens: int
     version: int
+    space: int = 0  # index into Episode.spaces: the constraint the output was sampled under
     tool: str = ""
     kind: str = ""  # "world", "comm", "wait", "invalid"; "" if the episode ended first
     ok: bool = False
@@ -232,6 +234,7 @@ class Episode(msgspec.Struct, kw_only=True):
     curve: list[tuple[float, float]]  # (t, score) at every instant the score changed
     events: list[AnyEvent]
     turns: list[Turn]
+    spaces: list[ActionSpace] = []  # the distinct action spaces turns were sampled under
 
 
 class EpisodeFileError(ValueError):
