@@ -8,10 +8,12 @@ that sampled them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import msgspec
+import torch
 
 from collective.actions import ActionSpace
 
@@ -56,3 +58,31 @@ class Policy(Protocol):
 
 class PolicyError(RuntimeError):
     """A backend could not answer; the message names the backend and the request."""
+
+
+@runtime_checkable
+class TrainableModel(Protocol):
+    """What the learner needs from a model it trains (the tiny torch model, or a Hugging Face
+    causal LM served by SGLang): recompute the log-probabilities of recorded outputs, with
+    gradients, under the same constraint they were sampled with, and save new weights where the
+    serving backend can load them."""
+
+    version: int
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def token_logprobs(
+        self,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+        temperature: float = 1.0,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per sample: the log-probability of each output token (differentiable) and the
+        entropy of the sampling distribution at each output position."""
+        ...
+
+    def save(self, directory: Path) -> Path:
+        """Write the current weights (tagged with ``version``) for the serving backend; return
+        the path written."""
+        ...
