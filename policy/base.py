@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
-import torch
 
 from collective.actions import ActionSpace
+
+if TYPE_CHECKING:
+    import torch  # only for annotations: importing the engine must not load torch
 
 
 class PolicyRequest(msgspec.Struct, frozen=True, kw_only=True):
