@@ -231,6 +231,7 @@ class LiveEpisode:
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _resume(self, actor: Actor, value: Any) -> None:
+        assert actor.parked, f"agent {actor.id} resumed twice"
         actor.waiting = False
         actor.parked = False
         self.conductor.runnable += 1
@@ -377,23 +378,27 @@ class LiveEpisode:
                 n_out,
             )
         )
-        turn = Turn(
+        turn = self._turn(actor, req, resp, self.now)
+        self.turns.append(turn)
+        actor.turn_record = turn
+        self._resume(actor, resp)
+
+    def _turn(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse, at: float) -> Turn:
+        return Turn(
             agent=actor.id,
             turn=req.turn,
             role=actor.role,
             policy=actor.policy,
             asked=req.asked,
-            answered=self.now,
+            answered=at,
             prompt=req.prompt if self.cfg.keep_prompts else "",
             text=resp.text,
             token_ids=resp.token_ids,
             logprobs=resp.logprobs,
             prompt_tokens=resp.prompt_tokens,
             version=resp.version,
+            space=self._space_number(req.space),
         )
-        self.turns.append(turn)
-        actor.turn_record = turn
-        self._resume(actor, resp)
 
     async def _commit(self, actor: Actor, act: int, action: Action) -> bool:
         """Apply an action's effect now; returns whether world state may have changed."""
@@ -551,6 +556,8 @@ class LiveEpisode:
         self.stats.fires += 1
         self.worlds[target.group].leave(target.local)
         self.log(FiredEvent(self.now, actor.id, target_id))
+        if target.waiting:
+            self._stop_waiting(target)
         if target.parked:
             # Parked on an in-flight request or a wait: end its program now. Its heap entries
             # are skipped because it is no longer alive. (If it was resumed at this very
@@ -579,12 +586,16 @@ class LiveEpisode:
                     return f"news on #{name}"
         return ""
 
-    def _wake(self, actor: Actor, act: int, reason: str) -> None:
+    def _stop_waiting(self, actor: Actor) -> None:
         for name in self.org.channels(actor.role, actor.group):
             ch = self.channels.get(name)
             if ch is not None:
                 ch.waiting.discard(actor.id)
-        actor.wait_token += 1
+        actor.waiting = False
+        actor.wait_token += 1  # its timer, if any, is now stale
+
+    def _wake(self, actor: Actor, act: int, reason: str) -> None:
+        self._stop_waiting(actor)
         self.log(Woke(self.now, actor.id, reason))
         result = f"woke: {reason}"
         self.log(Committed(self.now, actor.id, act, "wait", True, result, 0.0))
@@ -617,6 +628,11 @@ class LiveEpisode:
         self.stats.unread = sum(len(a.inbox) for a in self.actors.values() if a.inbox)
         self.log(Ended(self.now, -1, reason, self.final_score))
         self.ended = True
+        # Answers still in flight were sampled but land after the end: keep them as turns
+        # (answered after the end, no action), so a replay's policy can give the same answers.
+        for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
+            if prio == RESPOND and item[0].alive:
+                self.turns.append(self._turn(item[0], item[1], item[2], t))
         for w in self.worlds:
             w.close()
         assert self.nursery is not None

@@ -1,0 +1,33 @@
+"""Shared test helpers: small worlds and a run helper. Everything here runs the real engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import settings
+
+from collective import EpisodeConfig, run_episode
+from collective.records import Episode
+from policy.base import PolicyRequest
+from policy.scripted import ScriptedPolicy
+
+settings.register_profile("ci", deadline=None, max_examples=25)
+settings.load_profile("ci")
+
+
+FRAGILE = f"{Path(__file__).parent / 'fragile.py'}:Fragile"
+
+
+def run(script: object, **cfg: object) -> Episode:
+    """Run one episode with a scripted policy (a function of the request) or a given policy."""
+    policy = ScriptedPolicy(script) if callable(script) else script  # type: ignore[arg-type]
+    return run_episode(EpisodeConfig(**cfg), policy)  # type: ignore[arg-type]
+
+
+def by_turn(*actions: str):
+    """A script that plays ``actions`` in turn order for every agent, then waits forever."""
+
+    def script(req: PolicyRequest) -> str:
+        return actions[req.turn] if req.turn < len(actions) else "wait 0"
+
+    return script

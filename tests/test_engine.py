@@ -1,0 +1,251 @@
+"""The engine's invariants, checked on real trio runs: determinism, the time limit, batching,
+conservation of messages, hiring within budget, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+from conftest import FRAGILE, by_turn, run
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collective import Actor, Conductor, EpisodeConfig, default_program, run_episode
+from collective.records import (
+    Committed,
+    Delivered,
+    Dropped,
+    Ended,
+    Hired,
+    Rejected,
+    Sent,
+    Spawned,
+    Woke,
+    encode_episode,
+)
+from policy.base import PolicyRequest
+from policy.scripted import ScriptedPolicy
+from policy.uniform import RandomPolicy
+
+configs = st.builds(
+    lambda agents, seed, limit, mailbox, overflow, budget: EpisodeConfig(
+        world="tally",
+        agents=agents,
+        world_seed=seed,
+        sample_seed=seed + 1,
+        time_limit=limit,
+        mailbox=mailbox,
+        overflow=overflow,
+        budget=budget,
+    ),
+    agents=st.integers(1, 12),
+    seed=st.integers(0, 2**31),
+    limit=st.floats(5.0, 400.0),
+    mailbox=st.integers(1, 4),
+    overflow=st.sampled_from(["drop_newest", "drop_oldest"]),
+    budget=st.integers(0, 3),
+)
+
+
+async def jittery_program(actor: Actor) -> None:
+    """The default agent loop, yielding to trio's scheduler a random number of times before
+    every park, from an unseeded stream: trio runs the actors in a different order every time."""
+    jitter = random.Random()
+    result = "you have just started"
+    while True:
+        for _ in range(jitter.randrange(4)):
+            await trio.lowlevel.checkpoint()
+        prompt = actor.prompt(result)
+        for _ in range(jitter.randrange(4)):
+            await trio.lowlevel.checkpoint()
+        response = await actor.think(prompt)
+        for _ in range(jitter.randrange(4)):
+            await trio.lowlevel.checkpoint()
+        result = await actor.act(response.text)
+
+
+@given(configs)
+def test_same_seed_same_bytes_whatever_trio_does(cfg: EpisodeConfig) -> None:
+    plain = encode_episode(run_episode(cfg, RandomPolicy()))
+    shaken = encode_episode(run_episode(cfg, RandomPolicy(), program=jittery_program))
+    assert plain == shaken
+
+
+@given(configs)
+def test_time_limit_is_a_hard_stop(cfg: EpisodeConfig) -> None:
+    ep = run_episode(cfg, RandomPolicy())
+    *body, end = ep.events
+    assert isinstance(end, Ended)
+    assert all(e.t < cfg.time_limit for e in body), "something was committed at or after T_max"
+    if end.reason == "time_limit":
+        assert ep.duration == end.t == cfg.time_limit
+    assert end.score == ep.score
+    assert all(t < cfg.time_limit for t, _ in ep.curve)
+
+
+@given(configs)
+def test_every_message_is_delivered_once_or_dropped(cfg: EpisodeConfig) -> None:
+    ep = run_episode(cfg, RandomPolicy())
+    sent = {e.msg for e in ep.events if isinstance(e, Sent)}
+    outcomes: dict[int, list[str]] = {}
+    for e in ep.events:
+        if isinstance(e, Delivered):
+            outcomes.setdefault(e.msg, []).append("delivered")
+        elif isinstance(e, Dropped) and e.reason != "evicted":
+            outcomes.setdefault(e.msg, []).append(e.reason)
+    assert set(outcomes) == sent
+    assert all(len(v) == 1 for v in outcomes.values()), "a message had two fates"
+    s = ep.stats
+    assert s.sent == len(sent) == s.delivered + s.dropped
+    assert s.delivered == s.read + s.evicted + s.unread
+
+
+def test_overflow_is_explicit_and_counted() -> None:
+    # Agent 0 sends a message every ~1.5 s; agent 1 reads its mailbox only every ~10 s.
+    def script(req: PolicyRequest) -> str:
+        return f'msg 1 "n{req.turn}"' if req.agent == 0 else "add 1"
+
+    for overflow in ("drop_newest", "drop_oldest"):
+        ep = run(script, world="tally", agents=2, time_limit=60, mailbox=3, overflow=overflow)
+        s = ep.stats
+        reads = [e.read for e in ep.events if type(e).__name__ == "Asked" and e.read]
+        assert reads and all(len(r) <= 3 for r in reads), "a mailbox held more than its capacity"
+        drops = {e.reason for e in ep.events if isinstance(e, Dropped)}
+        if overflow == "drop_newest":
+            assert drops == {"mailbox_full"} and s.dropped > 0 and s.evicted == 0
+            assert all(list(r) == sorted(r) for r in reads)
+        else:
+            assert drops == {"evicted"} and s.evicted > 0 and s.dropped == 0
+        assert s.sent == s.delivered + s.dropped
+        assert s.delivered == s.read + s.evicted + s.unread
+
+
+def test_one_batch_of_everyone_thinking_at_once() -> None:
+    policy = ScriptedPolicy(by_turn("add 1", "add 2"))
+    conductor = Conductor(policy)
+    cfgs = [EpisodeConfig(world="tally", agents=n, world_seed=i) for i, n in enumerate((5, 7, 9))]
+    trio.run(lambda: conductor.play(cfgs, concurrency=3))
+    assert policy.batches[0] == 5 + 7 + 9, "all agents of all episodes think at t=0"
+    assert conductor.batch_stats.largest == 21
+
+
+def test_hire_and_fire_stay_within_budget() -> None:
+    def script(req: PolicyRequest) -> str:
+        # Everyone keeps hiring; agent 0 also fires the agents it hired, oldest first.
+        if req.agent == 0 and req.turn % 3 == 2:
+            return f"fire {3 + (req.turn // 3) % 6}"
+        return "hire worker"
+
+    for budget in (1, 2, 4):
+        ep = run(script, world="tally", agents=3, budget=budget, time_limit=120)
+        alive = 0
+        for e in ep.events:
+            if isinstance(e, Hired):
+                alive += 1
+            elif type(e).__name__ == "Fired":
+                alive -= 1
+            assert 0 <= alive <= budget
+        assert ep.stats.hires >= budget
+        spawned = [e for e in ep.events if isinstance(e, Spawned) and e.by >= 0]
+        assert len(spawned) == ep.stats.hires
+
+
+def test_episode_ends_early_when_the_world_is_done() -> None:
+    ep = run(lambda r: "add 3", world="tally", agents=3, time_limit=1000)
+    assert ep.end == "done" and ep.score == 1.0 and ep.duration < 1000
+    assert ep.curve[-1] == (ep.duration, 1.0)
+
+
+def test_everyone_waiting_forever_ends_idle() -> None:
+    ep = run(lambda r: "wait 0", world="tally", agents=4, time_limit=1000)
+    assert ep.end == "idle" and ep.duration < 5
+
+
+def test_a_message_wakes_a_waiting_agent() -> None:
+    def script(req: PolicyRequest) -> str:
+        if req.agent == 1:
+            return "wait 0" if req.turn == 0 else "add 1"
+        return 'msg 1 "go"' if req.turn == 2 else "mark red"
+
+    ep = run(script, world="tally", agents=2, time_limit=60)
+    wake = next(e for e in ep.events if isinstance(e, Woke))
+    sent = next(e for e in ep.events if isinstance(e, Sent))
+    assert wake.agent == 1 and wake.t == sent.t and "message from 0" in wake.reason
+    turn = next(t for t in ep.turns if t.agent == 1 and t.turn == 1)
+    assert "inbox: [0] go" in turn.prompt
+
+
+def test_channel_posts_reach_subscribers_by_subscription() -> None:
+    def script(req: PolicyRequest) -> str:
+        return 'post all "hello"' if req.agent == 0 and req.turn == 0 else "add 1"
+
+    ep = run(script, world="tally", agents=3, time_limit=30)
+    later = [t for t in ep.turns if t.agent != 0 and t.turn == 1]
+    assert later and all("#all: [0] hello" in t.prompt for t in later)
+    mine = next(t for t in ep.turns if t.agent == 0 and t.turn == 1)
+    assert "#all: [0]" not in mine.prompt  # no echo of one's own post
+
+
+def test_archive_outlives_messages() -> None:
+    def script(req: PolicyRequest) -> str:
+        if req.agent == 0:
+            return 'put "key for m3 is blue"' if req.turn == 0 else "wait 0"
+        return "wait 5" if req.turn == 0 else 'search "blue key"'
+
+    ep = run(script, world="tally", agents=2, time_limit=20)
+    found = [e for e in ep.events if isinstance(e, Committed) and e.tool == "search"]
+    assert found and "note 0 by 0: key for m3 is blue" in found[0].result
+
+
+def test_a_raising_tool_is_an_error_result_not_a_crash() -> None:
+    ep = run(by_turn("crash", 'refuse "no"', "step 2"), world=FRAGILE, agents=2, time_limit=50)
+    results = [e for e in ep.events if isinstance(e, Committed)]
+    crash = [e for e in results if e.tool == "crash"]
+    assert crash and not crash[0].ok
+    assert "Fragile.crash failed: RuntimeError: the world has a bug" in crash[0].result
+    refused = [e for e in results if e.tool == "refuse"]
+    assert refused and refused[0].result == "error: refused: no"
+    assert any(e.tool == "step" and e.ok for e in results), "the episode went on"
+    assert ep.stats.tool_errors == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("jump 3", "unknown tool 'jump'"),
+        ("add 9", "add: amount must be in 1..3, got 9"),
+        ("add x", "add: amount must be an integer"),
+        ("add", "add takes 1 argument(s)"),
+        ('msg 0 "unterminated', "a text argument is one double-quoted string"),
+        ("", "empty action"),
+    ],
+)
+def test_a_malformed_action_is_rejected_with_a_reason(text: str, error: str) -> None:
+    ep = run(by_turn(text), world="tally", agents=1, time_limit=20)
+    rejected = [e for e in ep.events if isinstance(e, Rejected)]
+    assert len(rejected) == 1 and error in rejected[0].error
+    turn = ep.turns[0]
+    assert turn.kind == "invalid" and turn.result.startswith("error:")
+    assert ep.turns[1].prompt.endswith(f"last: {turn.result}\n>")
+
+
+def test_concurrent_episodes_do_not_affect_each_other() -> None:
+    cfgs = [EpisodeConfig(world="tally", agents=n, world_seed=n, sample_seed=n) for n in (2, 5, 3)]
+    alone = [encode_episode(run_episode(c, RandomPolicy())) for c in cfgs]
+    conductor = Conductor(RandomPolicy(), program=default_program)
+    together = trio.run(lambda: conductor.play(cfgs, concurrency=3))
+    assert [encode_episode(e) for e in together] != [] and sorted(
+        encode_episode(e) for e in together
+    ) == sorted(alone)
+
+
+def test_bad_config_values_are_named() -> None:
+    with pytest.raises(ValueError, match="time_limit must be > 0"):
+        EpisodeConfig(time_limit=0)
+    with pytest.raises(ValueError, match="unknown world 'atlantis'"):
+        run_episode(EpisodeConfig(world="atlantis"), RandomPolicy())
+    with pytest.raises(ValueError, match="unknown organisation 'anarchy'"):
+        run_episode(EpisodeConfig(org="anarchy"), RandomPolicy())
+    with pytest.raises(ValueError, match=r"world 'tally' rejected parameters \['colour'\]"):
+        run_episode(EpisodeConfig(params={"colour": 1}), RandomPolicy())
