@@ -92,6 +92,7 @@ class Actor:
             max_tokens=ep.cfg.max_output_tokens,
             temperature=ep.cfg.temperature,
             asked=ep.now,
+            version=ep.cfg.policy_version,
         )
         self.turn += 1
         return await ep.park(self, THINK, req)

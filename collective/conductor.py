@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Protocol, runtime_checkable
 
 import msgspec
 import structlog
@@ -43,6 +44,34 @@ class BatchStats(msgspec.Struct, kw_only=True):
     @property
     def mean(self) -> float:
         return self.requests / self.batches if self.batches else 0.0
+
+
+@runtime_checkable
+class EpisodeSource(Protocol):
+    """Where a conductor's episodes come from, when they may start."""
+
+    def take(self) -> EpisodeConfig | None:
+        """The next config, if one may start now; never blocks."""
+        ...
+
+    async def wait(self) -> bool:
+        """Block until ``take`` may return a config; False when none ever will again."""
+        ...
+
+
+class _IterSource:
+    """A plain iterable of configs: every one may start at once."""
+
+    def __init__(self, configs: Iterable[EpisodeConfig]) -> None:
+        self._it: Iterator[EpisodeConfig] = iter(configs)
+        self._next: EpisodeConfig | None = next(self._it, None)
+
+    def take(self) -> EpisodeConfig | None:
+        cfg, self._next = self._next, (next(self._it, None) if self._next is not None else None)
+        return cfg
+
+    async def wait(self) -> bool:
+        return self._next is not None
 
 
 class Conductor:
@@ -86,24 +115,27 @@ class Conductor:
 
     async def play(
         self,
-        configs: Iterable[EpisodeConfig],
+        configs: Iterable[EpisodeConfig] | EpisodeSource,
         *,
         concurrency: int = 1,
         emit: Callable[[Episode], Awaitable[None] | None] | None = None,
         replay: Replay | None = None,
     ) -> list[Episode]:
         """Run every config, ``concurrency`` episodes at a time, and return (or ``emit``, as each
-        finishes) their records. Episodes are independent; batching is shared."""
+        finishes) their records. Episodes are independent; batching is shared. ``configs`` may be
+        an :class:`EpisodeSource` that decides when the next episode may start (training gates
+        episodes on the policy versions they are pinned to)."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        source = configs if isinstance(configs, EpisodeSource) else _IterSource(configs)
         try:
-            return await self._play(iter(configs), concurrency, emit, replay)
+            return await self._play(source, concurrency, emit, replay)
         except BaseExceptionGroup as group:
             raise _single(group) from None
 
     async def _play(
         self,
-        queue: Iterator[EpisodeConfig],
+        source: EpisodeSource,
         concurrency: int,
         emit: Callable[[Episode], Awaitable[None] | None] | None,
         replay: Replay | None,
@@ -114,15 +146,19 @@ class Conductor:
 
             async def admit() -> None:
                 while len(live) < concurrency:
-                    cfg = next(queue, None)
+                    cfg = source.take()
                     if cfg is None:
                         return
                     ep = LiveEpisode(cfg, self, self.program, replay)
                     await nursery.start(ep.host)
                     live.append(ep)
 
-            await admit()
-            while live:
+            while True:
+                await admit()
+                if not live:
+                    if not await source.wait():
+                        break
+                    continue
                 await self._quiescence()
                 thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]] = []
                 for ep in live:
@@ -151,7 +187,6 @@ class Conductor:
                             result = emit(record)
                             if result is not None:
                                 await result
-                    await admit()
         return done
 
     async def _think(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:

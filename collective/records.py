@@ -182,6 +182,7 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_events: int = 5_000_000  # a guard against a world whose tools take no time
     keep_prompts: bool = True
     policy: str = ""  # the policy that ran it, as a description
+    policy_version: int = -1  # pin every request to this version (-1: whatever is latest)
 
     def __post_init__(self) -> None:
         checks = [

@@ -31,6 +31,7 @@ class PolicyRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int = 64
     temperature: float = 1.0
     asked: float = 0.0  # simulated time of the request (forks switch policy by it)
+    version: int = -1  # the policy version the episode is pinned to (-1: the backend's latest)
 
 
 class PolicyResponse(msgspec.Struct, kw_only=True):
