@@ -1,7 +1,7 @@
 """Policies by name, as the command line and configs give them.
 
-``random``; ``tiny`` (fresh weights) or ``tiny:PATH`` (a checkpoint); ``sglang:URL`` or
-``sglang:launch:MODEL``.
+``random``; ``tiny`` (fresh weights from the given seed) or ``tiny:PATH`` (a checkpoint);
+``sglang:URL`` or ``sglang:launch:MODEL``.
 """
 
 from __future__ import annotations
@@ -15,4 +15,12 @@ def make_policy(spec: str, *, seed: int = 0) -> Policy:
         from policy.uniform import RandomPolicy
 
         return RandomPolicy()
-    raise ValueError(f"unknown policy {spec!r}; policies are: random")
+    if name == "tiny":
+        from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+
+        if not arg:
+            return TinyPolicy(
+                TinyModel.fresh(TinyConfig(seed=seed)), name=f"tiny (fresh weights, seed {seed})"
+            )
+        return TinyPolicy(TinyModel.load(arg), name=f"tiny:{arg}")
+    raise ValueError(f"unknown policy {spec!r}; policies are: random, tiny, tiny:PATH")

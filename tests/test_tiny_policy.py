@@ -1,0 +1,453 @@
+"""The tiny torch policy: valid by construction, batch-independent, deterministic, replayable,
+and its logprobs recomputable by the learner. Everything here runs the real model on CPU."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+import torch
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_grammar import spaces
+
+import collective  # noqa: F401  (import the engine before policy: policy.base imports it)
+from collective.actions import ActionSpace, ArgSpec, ToolSpec, parse_action
+from collective.conductor import Conductor, run_episode
+from collective.records import EpisodeConfig, encode_episode
+from collective.replay import replay
+from collective.seeding import Stream, derive
+from policy import tokenizer
+from policy.base import PolicyError, PolicyRequest, PolicyResponse
+from policy.factory import make_policy
+from policy.grammar import compile_space
+from policy.tiny import (
+    CheckpointError,
+    TinyConfig,
+    TinyModel,
+    TinyPolicy,
+    load_checkpoint,
+    save_checkpoint,
+)
+from policy.tiny.decode import fit_prompt, seeds_tensor, uniforms
+from policy.uniform import RandomPolicy
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = ArgSpec("text", "text", max_chars=80, words=("add", "more"))
+WORK = ActionSpace(
+    (
+        ToolSpec("add", (ArgSpec("amount", "int", lo=1, hi=3),)),
+        ToolSpec("mark", (ArgSpec("label", "choice", choices=("red", "green", "blue")),)),
+        ToolSpec("msg", (ArgSpec("to", "int", lo=0, hi=7), TEXT)),
+        ToolSpec("wait", (ArgSpec("seconds", "int", lo=0, hi=600),)),
+    )
+)
+TALK = ActionSpace((ToolSpec("post", (ArgSpec("ch", "choice", choices=("all",)), TEXT)),))
+COUNT = ActionSpace((ToolSpec("n", (ArgSpec("v", "int", lo=-50, hi=99_999),)),))
+
+
+@pytest.fixture(scope="module")
+def model() -> TinyModel:
+    return TinyModel.fresh(TinyConfig(seed=3))
+
+
+def req(i: int, space: ActionSpace = WORK, **kw: object) -> PolicyRequest:
+    prompt = f"agent {i}: count {i * 7 % 40} of 40\n" + "inbox: [1] more\n" * (i % 3)
+    fields: dict = dict(agent=i, turn=i % 5, prompt=prompt + f"last: count is {i}\n>")
+    fields.update(space=space, seed=derive(11, i))
+    fields.update(kw)
+    return PolicyRequest(**fields)
+
+
+def mixed_batch(n: int) -> list[PolicyRequest]:
+    pick = [WORK, TALK, COUNT]
+    return [
+        req(i, pick[i % 3], temperature=(0.6, 1.0, 1.7)[i % 3], max_tokens=(16, 24, 64)[i % 3])
+        for i in range(n)
+    ]
+
+
+# -- randomness and prompts -------------------------------------------------------------------
+
+
+def test_uniforms_are_the_seeding_stream_bit_for_bit() -> None:
+    seeds = [0, 1, 2**63 - 1, 2**63, 2**64 - 1, derive(5, 6, 7)]
+    for step in range(6):
+        got = uniforms(seeds_tensor(seeds), step).tolist()
+        want = []
+        for s in seeds:
+            stream = Stream(s)
+            for _ in range(step):
+                stream.random()
+            want.append(stream.random())
+        assert got == want
+
+
+def test_fit_prompt_keeps_observation_and_last_result() -> None:
+    short = "agent 0: count 1 of 10\nlast: ok\n>"
+    assert fit_prompt(short, 100) == [tokenizer.BOS, *tokenizer.encode(short)]
+    obs = "agent 3: count 12 of 40"
+    long = obs + "\ninbox: " + " | ".join(f"[{i}] message number {i}" for i in range(40))
+    long += "\nlast: count is 12 of 40\n>"
+    ids = fit_prompt(long, 120)
+    text = tokenizer.decode(ids)
+    assert len(ids) == 120 and ids[0] == tokenizer.BOS
+    assert text.startswith(obs + "\ninbox: [0]")
+    assert text.endswith("last: count is 12 of 40\n>")
+    # A tail longer than half the room keeps its end (the result's end and the cue).
+    huge_last = obs + "\nlast: " + "x" * 300 + " END\n>"
+    text = tokenizer.decode(fit_prompt(huge_last, 101))
+    assert text.startswith(obs) and text.endswith("x END\n>") and len(text) == 100
+    # Without a last: line, the last line is the tail.
+    assert tokenizer.decode(fit_prompt("a" * 500 + "\nb>", 50)) == "a" * 47 + "b>"
+
+
+# -- the network ------------------------------------------------------------------------------
+
+
+def test_cached_decoding_computes_the_same_function(model: TinyModel) -> None:
+    net = model.net
+    torch.manual_seed(0)
+    lens = [5, 9, 3]
+    total = 14
+    seqs = [torch.randint(0, 256, (total,)) for _ in lens]
+    with torch.inference_mode():
+        full = net.hidden(torch.stack(seqs), torch.arange(total).expand(3, total))
+        width = max(lens)
+        ids = torch.full((3, width), tokenizer.PAD)
+        for i, n in enumerate(lens):
+            ids[i, :n] = seqs[i][:n]
+        cache = net.new_cache(3, total + 1)
+        last = torch.tensor(lens) - 1
+        h = net.hidden(ids, torch.arange(width).expand(3, width), cache, last)
+        for i, n in enumerate(lens):
+            torch.testing.assert_close(h[i], full[i, n - 1], atol=1e-5, rtol=1e-5)
+        pos = last
+        for _ in range(total - width):
+            pos = pos + 1
+            tok = torch.stack([seqs[i][pos[i]] for i in range(3)])
+            h = net.step(tok, pos, cache)
+            for i in range(3):
+                torch.testing.assert_close(h[i], full[i, pos[i]], atol=1e-5, rtol=1e-5)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        TinyConfig(d_model=100, n_heads=3)
+    with pytest.raises(ValueError, match="n_layers"):
+        TinyConfig(n_layers=0)
+    assert 100_000 < TinyModel.fresh().net.n_params() < 5_000_000
+
+
+# -- sampling ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    space=spaces,
+    seed=st.integers(0, 2**64 - 1),
+    extra=st.integers(0, 30),
+    temperature=st.sampled_from([0.3, 1.0, 2.5]),
+)
+def test_every_sampled_output_parses(
+    model: TinyModel, space: ActionSpace, seed: int, extra: int, temperature: float
+) -> None:
+    budget = compile_space(space).shortest + extra
+    rs = [
+        PolicyRequest(
+            agent=i,
+            turn=0,
+            prompt=f"agent {i}\n>",
+            space=space,
+            seed=derive(seed, i),
+            max_tokens=budget,
+            temperature=temperature,
+        )
+        for i in range(3)
+    ]
+    for r, resp in zip(rs, model.sample(rs), strict=True):
+        parse_action(resp.text, r.space)
+        assert resp.token_ids[-1] == tokenizer.EOS and len(resp.token_ids) <= budget
+        assert resp.text == tokenizer.decode(resp.token_ids)
+        assert len(resp.logprobs) == len(resp.token_ids)
+        assert all(math.isfinite(lp) and lp <= 1e-6 for lp in resp.logprobs)
+
+
+def test_a_request_gets_the_same_answer_alone_or_in_any_batch() -> None:
+    batch = mixed_batch(40)
+    one_by_one = TinyModel.fresh(TinyConfig(seed=3), workers=1)
+    chunky = TinyModel.fresh(TinyConfig(seed=3), max_rows=7, workers=2)
+    alone = [one_by_one.sample([r])[0] for r in batch]
+    together = chunky.sample(batch)
+    reordered = one_by_one.sample(batch[::-1])[::-1]
+    for a, b, c in zip(alone, together, reordered, strict=True):
+        assert a.token_ids == b.token_ids == c.token_ids
+        assert a.text == b.text
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(c.logprobs), atol=1e-5, rtol=0
+        )
+    assert len({r.text for r in together}) > 10  # the requests' own streams differ
+
+
+def test_bad_requests_are_refused_with_the_agent_named(model: TinyModel) -> None:
+    with pytest.raises(PolicyError, match="agent 2 turn 2: temperature"):
+        model.sample([req(2, temperature=0.0)])
+    with pytest.raises(PolicyError, match="max_tokens 400"):
+        model.sample([req(1, max_tokens=400)])
+    with pytest.raises(PolicyError, match=r"agent 3 .*shortest action"):
+        model.sample([req(3, COUNT, max_tokens=3)])
+    with pytest.raises(PolicyError, match="agent 4 turn 4 is pinned to version 7"):
+        model.sample([req(1), req(4, version=7)])
+    assert model.sample([req(4, version=model.version)])[0].version == model.version
+
+
+# -- the learner's side -----------------------------------------------------------------------
+
+
+def test_recomputed_logprobs_match_the_sampled_ones(model: TinyModel) -> None:
+    batch = [msgspec.structs.replace(r, temperature=0.8, max_tokens=24) for r in mixed_batch(30)]
+    got = model.sample(batch)
+    assert any(len(g.token_ids) == 24 for g in got)  # the budget was binding somewhere
+    logps, entropies = model.token_logprobs(
+        [r.prompt for r in batch],
+        [g.token_ids for g in got],
+        [r.space for r in batch],
+        0.8,
+        max_tokens=24,
+    )
+    for g, lp, ent in zip(got, logps, entropies, strict=True):
+        torch.testing.assert_close(lp.detach(), torch.tensor(g.logprobs), atol=1e-5, rtol=0)
+        assert ent.shape == lp.shape and bool((ent >= -1e-6).all())
+        assert bool((ent <= math.log(tokenizer.VOCAB_SIZE)).all())
+        forced = lp.detach().abs() < 1e-7  # a token the grammar forced: one choice, no entropy
+        assert bool((ent.detach()[forced] < 1e-5).all())
+    loss = -sum(lp.sum() for lp in logps) - 0.01 * sum(e.sum() for e in entropies)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
+    assert any(float(g.abs().sum()) > 0 for g in grads)
+    model.net.zero_grad()
+    # The temperature is part of the distribution.
+    hot, _ = model.token_logprobs(
+        [batch[0].prompt], [got[0].token_ids], [batch[0].space], 2.0, max_tokens=24
+    )
+    assert not torch.allclose(hot[0].detach(), logps[0].detach())
+
+
+def test_recompute_refuses_outputs_its_mask_forbids(model: TinyModel) -> None:
+    out = [*tokenizer.encode("add 2"), tokenizer.EOS]
+    model.token_logprobs(["x"], [out], [WORK])
+    with pytest.raises(ValueError, match="sample 1: output token 0"):
+        model.token_logprobs(["x", "y"], [out, out], [WORK, TALK])
+    with pytest.raises(ValueError, match="sample 0: output does not end"):
+        model.token_logprobs(["x"], [out[:-1]], [WORK])
+    with pytest.raises(ValueError, match="after its EOS"):
+        model.token_logprobs(["x"], [[*out, 65]], [WORK])
+    with pytest.raises(ValueError, match="3 prompts, 1 outputs"):
+        model.token_logprobs(["x"] * 3, [out], [WORK])
+
+
+def test_versions_and_frozen_copies() -> None:
+    model = TinyModel.fresh(TinyConfig(seed=4))
+    policy = TinyPolicy(model)
+    batch = mixed_batch(6)
+    before = model.sample(batch)
+    frozen = model.frozen()
+    assert frozen.version == 0 and all(not p.requires_grad for p in frozen.parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    logps, _ = model.token_logprobs(  # request 2 at its own temperature and budget
+        [batch[2].prompt], [before[2].token_ids], [batch[2].space], 1.7, max_tokens=64
+    )
+    (-logps[0].sum()).backward()
+    with model.update():
+        opt.step()
+    assert model.version == 1 and policy.version == 1 and frozen.version == 0
+    again, _ = model.token_logprobs(
+        [batch[2].prompt], [before[2].token_ids], [batch[2].space], 1.7, max_tokens=64
+    )
+    assert float(again[0].sum()) > float(logps[0].sum())  # the step made the output likelier
+    after = model.sample(batch)
+    assert {a.version for a in after} == {1}
+    assert [a.logprobs for a in after] != [b.logprobs for b in before]
+    still = frozen.sample(batch)
+    assert [s.token_ids for s in still] == [b.token_ids for b in before]
+    assert {s.version for s in still} == {0}
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def test_checkpoint_round_trip(tmp_path: Path) -> None:
+    model = TinyModel.fresh(TinyConfig(seed=9, n_layers=1, d_model=64))
+    with model.update():
+        pass
+    path = model.save(tmp_path)
+    assert path.name == "tiny-v000001.pt"
+    loaded = load_checkpoint(path)
+    assert loaded.version == 1 and loaded.config == model.config
+    for (k, a), (_, b) in zip(
+        model.net.state_dict().items(), loaded.net.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), k
+    batch = mixed_batch(5)
+    assert [r.token_ids for r in loaded.sample(batch)] == [r.token_ids for r in model.sample(batch)]
+
+
+def test_bad_checkpoints_give_clear_errors(tmp_path: Path) -> None:
+    model = TinyModel.fresh(TinyConfig(n_layers=1, d_model=32, n_heads=2))
+    good = save_checkpoint(model, tmp_path / "good.pt")
+    with pytest.raises(CheckpointError, match="no such checkpoint file"):
+        load_checkpoint(tmp_path / "missing.pt")
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(good.read_bytes()[:500])
+    with pytest.raises(CheckpointError, match=r"cut\.pt: not a readable .*corrupt"):
+        load_checkpoint(cut)
+    blob = torch.load(good, weights_only=True)
+    other = tmp_path / "other.pt"
+    torch.save(
+        {
+            "meta": blob["meta"].replace('"vocab_size":259', '"vocab_size":300'),
+            **{"state_dict": blob["state_dict"]},
+        },
+        other,
+    )
+    with pytest.raises(CheckpointError, match="tokenizer"):
+        load_checkpoint(other)
+    torch.save(
+        {
+            "meta": blob["meta"].replace('"d_ff":256', '"d_ff":128'),
+            **{"state_dict": blob["state_dict"]},
+        },
+        other,
+    )
+    with pytest.raises(CheckpointError, match="weights do not match"):
+        load_checkpoint(other)
+    torch.save({"weights": 1}, other)
+    with pytest.raises(CheckpointError, match="no meta and state_dict"):
+        load_checkpoint(other)
+
+
+def test_make_policy_tiny(tmp_path: Path) -> None:
+    fresh = make_policy("tiny", seed=5)
+    assert "seed 5" in fresh.name and fresh.version == 0
+    assert isinstance(fresh, TinyPolicy) and fresh.model.config.seed == 5
+    path = save_checkpoint(TinyModel.fresh(TinyConfig(seed=5)), tmp_path / "c.pt")
+    loaded = make_policy(f"tiny:{path}")
+    assert loaded.name == f"tiny:{path}"
+    with pytest.raises(CheckpointError):
+        make_policy(f"tiny:{tmp_path / 'nope.pt'}")
+    with pytest.raises(ValueError, match="tiny:PATH"):
+        make_policy("tinyy")
+
+
+# -- episodes ---------------------------------------------------------------------------------
+
+
+class Counting:
+    """Wraps a policy and records the size of every batch it is asked."""
+
+    def __init__(self, inner: TinyPolicy) -> None:
+        self.inner, self.name, self.sizes = inner, inner.name, []
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    async def generate(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+        self.sizes.append(len(requests))
+        return await self.inner.generate(requests)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_tiny_episodes_are_deterministic_valid_and_batched() -> None:
+    cfg = EpisodeConfig(world="tally", agents=6, time_limit=120.0, sample_seed=7)
+    runs = []
+    for _ in range(2):
+        policy = Counting(make_policy("tiny", seed=1))  # type: ignore[arg-type]
+        runs.append((run_episode(cfg, policy), policy.sizes))  # type: ignore[arg-type]
+    (a, sizes), (b, _) = runs
+    assert encode_episode(a) == encode_episode(b)
+    assert sizes[0] == 6  # six agents thinking at t=0: one batch of six
+    assert a.stats.rejected == 0 and a.stats.turns > 20
+    assert all(t.kind != "invalid" for t in a.turns)
+    other = run_episode(msgspec.structs.replace(cfg, sample_seed=8), make_policy("tiny", seed=1))
+    assert [t.text for t in other.turns] != [t.text for t in a.turns]
+
+
+def test_all_agents_of_concurrent_episodes_share_one_batch() -> None:
+    conductor = Conductor(make_policy("tiny", seed=2))
+    cfgs = [EpisodeConfig(world="tally", agents=3, time_limit=20.0, world_seed=i) for i in range(4)]
+    trio.run(lambda: conductor.play(cfgs, concurrency=4))
+    assert conductor.batch_stats.largest == 12
+
+
+def test_replay_of_a_tiny_episode_never_calls_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    ep = run_episode(EpisodeConfig(world="tally", agents=4, time_limit=100.0), make_policy("tiny"))
+
+    def forbidden(*_: object) -> None:
+        raise AssertionError("replay called the model")
+
+    monkeypatch.setattr(TinyModel, "sample", forbidden)
+    again = replay(ep)
+    assert again.events == ep.events and again.score == ep.score
+
+
+def test_random_and_tiny_agree_on_the_action_language() -> None:
+    """Both policies' outputs in one real episode are accepted by the compiled spaces."""
+    spaces_seen: list[ActionSpace] = []
+
+    class Spy(RandomPolicy):
+        async def generate(self, requests):  # type: ignore[no-untyped-def]
+            spaces_seen.extend(r.space for r in requests)
+            return await super().generate(requests)
+
+    ep = run_episode(EpisodeConfig(world="tally", agents=3, time_limit=60.0), Spy())
+    for space, turn in zip(spaces_seen, ep.turns, strict=False):
+        assert compile_space(space).accepts(turn.token_ids), turn.text
+
+
+def test_cli_runs_and_replays_tiny_episodes(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cli = [sys.executable, "-m", "collective.cli"]
+    ep = tmp_path / "e.msgpack"
+    common = ["run", "tally", "--agents", "4", "--time-limit", "60"]
+    r = subprocess.run(
+        [*cli, *common, "--policy", "tiny", "--out", str(ep)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [*cli, "replay", str(ep)], env=env, capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0 and '"identical"' in r.stdout, r.stdout + r.stderr
+    ckpt = save_checkpoint(TinyModel.fresh(TinyConfig(seed=2)), tmp_path / "c.pt")
+    r = subprocess.run(
+        [*cli, *common, "--policy", f"tiny:{ckpt}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [*cli, *common, "--policy", f"tiny:{tmp_path}/missing.pt"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 2 and "missing.pt: no such checkpoint file" in r.stderr
