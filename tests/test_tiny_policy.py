@@ -263,7 +263,7 @@ def test_versions_and_frozen_copies() -> None:
     before = model.sample(batch)
     frozen = model.frozen()
     assert frozen.version == 0 and all(not p.requires_grad for p in frozen.parameters())
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     logps, _ = model.token_logprobs(  # request 2 at its own temperature and budget
         [batch[2].prompt], [before[2].token_ids], [batch[2].space], 1.7, max_tokens=64
     )
