@@ -46,12 +46,28 @@ DEFAULT_MAX_TOKENS: int = next(
 MIN_CHUNK_ROWS = 32  # below this, a chunk's fixed cost per step outweighs running in parallel
 
 
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _sampling_threads(workers: int) -> ThreadPoolExecutor:
+    """The process's sampling threads (one pool per size, made once, never torn down)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ThreadPoolExecutor(
+                workers, "tiny-sample", initializer=torch.set_num_threads, initargs=(1,)
+            )
+        return pool
+
+
 class TinyModel:
     """The network plus what serving and training need around it.
 
     A batch is sampled in chunks of requests with similar prompt lengths. ``max_rows`` bounds a
-    chunk, so memory stays bounded whatever the batch size; ``workers`` threads sample chunks
-    side by side, each with ONE torch intra-op thread. On a small CPU that is the parallelism
+    chunk, so memory stays bounded whatever the batch size; ``workers`` threads (shared by every
+    model in the process: a training run serves several versions) sample chunks side by side,
+    each with ONE torch intra-op thread. On a small CPU that is the parallelism
     that pays: a decode step is dozens of small kernels, and splitting each across cores costs
     a barrier per kernel, which turns into a stall of a whole time slice when another process
     (or the learner) holds a core; measured here, a 4-agent episode took 31 s with two intra-op
@@ -79,13 +95,6 @@ class TinyModel:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         self.source = source  # where the weights came from, for names and reports
         self.lock = threading.RLock()  # held while sampling and while weights change
-        self._pool: ThreadPoolExecutor | None = None
-
-    def close(self) -> None:
-        """Stop the sampling threads (a later batch starts them again)."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
 
     def _chunks(self, order: list[int]) -> list[list[int]]:
         """Contiguous runs of ``order`` (sorted by prompt length): at most ``max_rows`` each,
@@ -219,10 +228,7 @@ class TinyModel:
                 tables.start[idx],
             )
 
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                self.workers, "tiny-sample", initializer=torch.set_num_threads, initargs=(1,)
-            )
+        pool = _sampling_threads(self.workers)
         with self.lock:
             version = self.version
             for r in requests:
@@ -232,7 +238,7 @@ class TinyModel:
                         f"{r.version}, but the model holds version {version} only"
                     )
             chunks = self._chunks(order)
-            for idx, got in zip(chunks, self._pool.map(run, chunks), strict=True):
+            for idx, got in zip(chunks, pool.map(run, chunks), strict=True):
                 for i, s in zip(idx, got, strict=True):
                     answers[i] = s
         out = []
@@ -265,4 +271,4 @@ class TinyPolicy:
         return await trio.to_thread.run_sync(self.model.sample, list(requests))
 
     async def aclose(self) -> None:
-        self.model.close()
+        return None
