@@ -186,6 +186,9 @@ class LiveEpisode:
     def spawn(self, role: str, group: int, local: int, by: int) -> Actor:
         agent_id = self.next_id
         self.next_id += 1
+        ids = self.worlds[group]._ids
+        if local == len(ids):
+            ids.append(agent_id)
         actor = Actor(self, agent_id, role, group, local)
         self.actors[agent_id] = actor
         self.alive += 1
@@ -329,11 +332,15 @@ class LiveEpisode:
         t = self.heap[0][0]
         if t >= self.cfg.time_limit:
             self.now = self.cfg.time_limit
+            for w in self.worlds:
+                w.now = self.now
             self._end("time_limit")
             return
         if self.cfg.clock == "real" and t > trio.current_time() - self.t0_wall:
             return
         self.now = t
+        for w in self.worlds:
+            w.now = t
         changed = False
         while self.heap and self.heap[0][0] == t:
             _, prio, _, _, _, item = heapq.heappop(self.heap)
@@ -409,7 +416,8 @@ class LiveEpisode:
             self.log(Committed(self.now, actor.id, act, action.tool, ok, result, 0.0))
             self._finish_turn(actor, action.tool, action.kind, ok, result)
             self._resume(actor, result)
-            return action.tool in ("hire", "fire")
+            # Messages and posts reach the world through ``heard``, which may change its score.
+            return action.tool in ("hire", "fire", "msg", "post")
         world = self.worlds[actor.group]
         t0 = time.perf_counter()
         try:
@@ -470,6 +478,7 @@ class LiveEpisode:
             channel.post(msg)
             self.stats.posts += 1
             self.log(Posted(self.now, actor.id, msg.id, channel.name, msg.text))
+            self.worlds[actor.group].heard(actor.local, None, msg.text)
             for waiter in sorted(channel.waiting):
                 other = self.actors[waiter]
                 if waiter != actor.id and other.waiting:
@@ -523,6 +532,8 @@ class LiveEpisode:
         recipient.inbox.append(Message(msg_id, self.now, sender.id, text))
         self.stats.delivered += 1
         self.log(Delivered(self.now, sender.id, msg_id, to))
+        if recipient.group == sender.group:
+            self.worlds[sender.group].heard(sender.local, recipient.local, text)
         if recipient.waiting:
             self._wake(recipient, recipient.acts - 1, f"message from {sender.id}")
         return True, f"delivered to {to}"
