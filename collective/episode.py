@@ -368,6 +368,10 @@ class LiveEpisode:
 
     def _respond(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse) -> None:
         if not actor.alive:
+            # Fired while its answer was in flight: the answer was sampled all the same. Keep it
+            # as a turn (no action), so a replay's policy gives the same answer, which then
+            # lands at the same time, after the firing, and is dropped again.
+            self.turns.append(self._turn(actor, req, resp, self.now))
             return
         n_out = len(resp.token_ids)
         self.stats.turns += 1
@@ -642,7 +646,7 @@ class LiveEpisode:
         # Answers still in flight were sampled but land after the end: keep them as turns
         # (answered after the end, no action), so a replay's policy can give the same answers.
         for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
-            if prio == RESPOND and item[0].alive:
+            if prio == RESPOND:  # fired agents' too, for the same reason as in _respond
                 self.turns.append(self._turn(item[0], item[1], item[2], t))
         for w in self.worlds:
             w.close()
