@@ -433,6 +433,18 @@ def test_repo_editing_the_tests_changes_nothing() -> None:
     assert test.result.startswith("0/6 passed") and ep.score == 0.0
 
 
+def test_repo_broken_code_is_the_agents_error_with_its_place() -> None:
+    ep = run(
+        by_turn('write roman/convert.py "def to_roman(:"', "test", 'run "print(1"'),
+        world="repo",
+        params={"task": "roman"},
+    )
+    results = {e.tool: e.result for e in ep.events if isinstance(e, Committed)}
+    assert "cannot import test_convert.py: roman/convert.py:1: SyntaxError" in results["test"]
+    assert results["run"].endswith("snippet.py:1: SyntaxError: '(' was never closed")
+    assert "_sandbox_child" not in str(results)  # the runner's own frames never leak
+
+
 def test_repo_confinement_is_reported_and_close_removes_the_directory() -> None:
     import trio
 
@@ -442,6 +454,9 @@ def test_repo_confinement_is_reported_and_close_removes_the_directory() -> None:
     assert {"limits", "audit"} <= set(w.confinement)
     w.close()
     assert not w.root.exists()
+    before = set(Path(tempfile.gettempdir()).glob("collective-repo-*"))
+    random_episode("repo", agents=2, seed=3, limit=30)
+    assert set(Path(tempfile.gettempdir()).glob("collective-repo-*")) == before
 
 
 # -- the guide's example -----------------------------------------------------------------------

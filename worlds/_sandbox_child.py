@@ -176,6 +176,11 @@ def _where(tb: object) -> str:
 def _describe(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     spot = _where(e.__traceback__)
+    if isinstance(e, SyntaxError) and e.filename:  # the file that does not parse, not its importer
+        text = f"SyntaxError: {e.msg}"
+        name = e.filename
+        rel = os.path.relpath(name, ROOT) if name.startswith(ROOT + os.sep) else name
+        spot = f"{rel}:{e.lineno}"
     return (f"{spot}: " if spot else "") + text[:300]
 
 
@@ -211,14 +216,14 @@ def run_tests(tests_dir: str) -> None:
 def run_script(path: str) -> None:
     sys.path.insert(0, ROOT)
     with open(path, encoding="utf-8") as f:
-        code = compile(f.read(), "snippet.py", "exec")
+        source = f.read()
     try:
-        exec(code, {"__name__": "__main__"})
+        exec(compile(source, "snippet.py", "exec"), {"__name__": "__main__"})
     except SystemExit:
         raise
-    except BaseException:
-        kind, e, tb = sys.exc_info()
-        sys.stderr.write(f"{_describe(e) if e else kind}\n")  # type: ignore[arg-type]
+    except BaseException as e:  # a syntax error included: the agent's, reported as such
+        sys.stdout.flush()
+        sys.stderr.write(_describe(e) + "\n")
         sys.stderr.flush()
         os._exit(1)
 

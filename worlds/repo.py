@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Annotated
 
@@ -93,6 +94,8 @@ class Repo(World):
             for name in _TEST_DEF.findall(text)
         ]
         self.root = Path(tempfile.mkdtemp(prefix="collective-repo-"))
+        # Removed by close(), or when the world is collected if an episode never got that far.
+        self._remove = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
         self.dirs = [self.root / f"team{c}" for c in range(copies)]
         for d in self.dirs:
             for path, text in {**self.task.files, **self.task.tests}.items():
@@ -202,7 +205,7 @@ class Repo(World):
         return sum(p or 0 for p in self.passed) / (n * len(self.passed))
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self._remove()
 
     # -- bookkeeping ---------------------------------------------------------------------------
 

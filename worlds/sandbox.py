@@ -28,6 +28,7 @@ sandbox protects the machine, not the integrity of the score against code writte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -122,10 +123,8 @@ async def run_sandboxed(directory: Path, mode: Mode, target: str, limits: Limits
         argv = ["unshare", "-rn", *argv]
 
     async def kill_group(process: trio.Process) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it may have ended already
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     with tempfile.TemporaryDirectory(prefix="collective-sandbox-") as private:
         out_path = Path(private) / "out"
@@ -157,6 +156,10 @@ def _outcome(
     blocked: list[str] = []
     confinement: dict[str, str] = {}
     plain: list[str] = []
+
+    def clean(text: str) -> str:  # paths relative to the task directory, no addresses
+        return sanitise(text.replace(f"{directory}{os.sep}", "").replace(str(directory), "."))
+
     for line in raw.splitlines():
         if not line.startswith(nonce + " "):
             plain.append(line)
@@ -167,16 +170,16 @@ def _outcome(
             continue  # cut short by a limit mid-line
         kind = item.get("kind")
         if kind == "test":
-            tests.append(TestResult(item["name"], bool(item["ok"]), sanitise(item["error"])))
+            tests.append(TestResult(item["name"], bool(item["ok"]), clean(item["error"])))
         elif kind == "module":
-            modules.append(sanitise(f"{item['file']}: {item['error']}"))
+            modules.append(clean(f"{item['file']}: {item['error']}"))
         elif kind == "blocked":
-            blocked.append(sanitise(item["what"]))
+            blocked.append(clean(item["what"]))
         elif kind == "ready":
             confinement = dict(item["confinement"])
     if network_namespace():
         confinement["network"] = "no network (unshare -rn namespace)"
-    output = sanitise("\n".join(plain).replace(str(directory), "."))
+    output = clean("\n".join(plain))
     if len(output) > limits.output_chars:
         output = "..." + output[-limits.output_chars :]
     if returncode is None:

@@ -24,6 +24,7 @@ what are kept up to date as work lands, so ten thousand agents stay cheap.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Annotated
 
@@ -90,7 +91,7 @@ class Workshop(World):
         self.need = [rng.randint(1, units) for _ in range(n)]
         self.dependents: list[list[int]] = [[] for _ in range(n)]
         self.missing = [0] * n  # dependencies not yet built
-        for below, layer in zip(layers, layers[1:], strict=False):
+        for below, layer in itertools.pairwise(layers):
             for m in layer:
                 for dep in sorted(set(rng.choices(below, k=rng.randint(1, 2)))):
                     self.dependents[dep].append(m)
