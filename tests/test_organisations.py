@@ -165,7 +165,7 @@ def test_islands_play_different_variants_and_the_best_group_counts() -> None:
     assert org.groups(7) == [3, 2, 2] and org.groups(2) == [1, 1]
     seeds = {org.variant_seed(g, 42) for g in range(3)}
     assert len(seeds) == 3 and org.variant_seed(0, 42) == 42
-    # Only group 1 (agents 1 and 2... of 4: groups [2, 2], so agents 2 and 3) works.
+    # Four agents make groups [2, 2]; only group 1 (engine agents 2 and 3) works.
     ep = run(
         lambda r: "work 1" if r.agent >= 2 else "wait 0",
         world="workshop",
