@@ -427,8 +427,9 @@ class SGLangServer:
     """An SGLang server process this program started on a free loopback port.
 
     :meth:`launch` returns once ``/health`` answers 200; :meth:`stop` ends the server's whole
-    process group. The process is also stopped when this object is collected or the interpreter
-    exits, so a crashed run leaves no server holding a GPU.
+    process group. Its output goes to :attr:`log`, a temporary file kept only when it failed.
+    The process is also stopped when this object is collected or the interpreter exits, so a
+    crashed run leaves no server holding a GPU.
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
@@ -462,7 +463,7 @@ class SGLangServer:
         try:
             server.wait_healthy(timeout)
         except BaseException:
-            server.stop()
+            server.stop(keep_log=True)  # the error names the log
             raise
         return server
 
@@ -492,6 +493,8 @@ class SGLangServer:
                     )
                 time.sleep(0.25)
 
-    def stop(self) -> None:
+    def stop(self, *, keep_log: bool = False) -> None:
         _stop_group(self.proc)
         self._finalizer.detach()
+        if not keep_log:
+            self.log.unlink(missing_ok=True)

@@ -305,19 +305,24 @@ def test_launch_starts_waits_for_health_and_stops(model_dir):
     finally:
         trio.run(policy.aclose)
     assert server.proc.poll() is not None  # the process is gone
+    assert not server.log.exists()
 
 
 def test_a_server_that_dies_at_start_is_reported_with_its_log(model_dir):
     crash = [sys.executable, "-c", "import sys; print('no GPU found'); sys.exit(3)"]
-    with pytest.raises(PolicyError, match=r"exited with code 3(.|\n)*no GPU found"):
+    with pytest.raises(PolicyError, match=r"exited with code 3(.|\n)*no GPU found") as e:
         SGLangServer.launch(model_dir, command=crash, timeout=30)
+    log = Path(str(e.value).split("its log (")[1].split(")")[0])
+    assert "no GPU found" in log.read_text()  # kept for whoever reads the error
+    log.unlink()
 
 
 def test_a_server_that_never_gets_healthy_times_out_and_is_stopped(model_dir):
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     t0 = time.monotonic()
-    with pytest.raises(PolicyError, match=r"not healthy after 1s"):
+    with pytest.raises(PolicyError, match=r"not healthy after 1s") as e:
         SGLangServer.launch(model_dir, command=sleeper, timeout=1)
+    Path(str(e.value).split("its log (")[1].split(")")[0]).unlink()
     assert time.monotonic() - t0 < 20
 
 
