@@ -32,6 +32,7 @@ from collective.records import (
     load_episode,
     save_episode,
 )
+from policy.base import PolicyError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -67,6 +68,13 @@ def _summary(ep: Episode, wall: float, out: str | None) -> dict[str, Any]:
     }
 
 
+def _close(policy: Any) -> None:
+    """Release what a policy holds (a server process it launched) once the command is done."""
+    import trio
+
+    trio.run(policy.aclose)
+
+
 # -- run ---------------------------------------------------------------------------------------
 
 
@@ -92,7 +100,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         policy=policy.name,
     )
     t0 = time.perf_counter()
-    ep = run_episode(cfg, policy)
+    try:
+        ep = run_episode(cfg, policy)
+    finally:
+        _close(policy)
     wall = time.perf_counter() - t0
     if a.out:
         save_episode(ep, a.out)
@@ -130,7 +141,10 @@ def cmd_replay(a: argparse.Namespace) -> int:
         )
         return 0
     policy = make_policy(a.policy or "random", seed=a.seed or 0)
-    forked = fork(ep, a.until, policy, sample_seed=a.seed)
+    try:
+        forked = fork(ep, a.until, policy, sample_seed=a.seed)
+    finally:
+        _close(policy)
     d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
     if d is not None:
         print(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
@@ -351,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logsetup.configure(args.verbose)
     try:
         return COMMANDS[args.command](args)
-    except (EpisodeFileError, ValueError, FileNotFoundError) as e:
+    except (EpisodeFileError, ValueError, FileNotFoundError, PolicyError) as e:
         if args.verbose:
             raise
         print(f"collective {args.command}: error: {e}", file=sys.stderr)

@@ -15,4 +15,24 @@ def make_policy(spec: str, *, seed: int = 0) -> Policy:
         from policy.uniform import RandomPolicy
 
         return RandomPolicy()
-    raise ValueError(f"unknown policy {spec!r}; policies are: random")
+    if name == "sglang":
+        return _sglang(arg)
+    raise ValueError(
+        f"unknown policy {spec!r}; policies are: random, sglang:URL, sglang:launch:MODEL"
+    )
+
+
+def _sglang(arg: str) -> Policy:
+    from policy.sglang import SGLangPolicy, SGLangServer
+
+    if arg.startswith("launch:"):
+        model = arg.removeprefix("launch:")
+        if not model:
+            raise ValueError("sglang:launch:MODEL needs a model directory")
+        server = SGLangServer.launch(model)
+        return SGLangPolicy(
+            server.url, tokenizer=model, server=server, name=f"sglang:launch:{model}"
+        )
+    if arg.startswith(("http://", "https://")):
+        return SGLangPolicy(arg)
+    raise ValueError(f"sglang:{arg}: expected sglang:http://HOST:PORT or sglang:launch:MODEL")
