@@ -130,6 +130,7 @@ class LiveEpisode:
         self.ended = False
         self.end_reason = ""
         self.final_score = 0.0
+        self.world_metrics: dict[str, float] = {}
         self.nursery: trio.Nursery | None = None
         self.curve.append((0.0, self.score()))
 
@@ -649,6 +650,8 @@ class LiveEpisode:
             if prio == RESPOND:  # fired agents' too, for the same reason as in _respond
                 self.turns.append(self._turn(item[0], item[1], item[2], t))
         for w in self.worlds:
+            for key, value in w.metrics().items():
+                self.world_metrics[key] = self.world_metrics.get(key, 0.0) + float(value)
             w.close()
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
@@ -664,4 +667,6 @@ class LiveEpisode:
             curve=self.curve,
             events=self.events,
             turns=self.turns,
+            spaces=self.space_list,
+            world_metrics=self.world_metrics,
         )

@@ -40,17 +40,9 @@ from collective.records import Committed, Episode, EpisodeConfig, load_episode, 
 from collective.seeding import derive
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
 from policy.latency import latency_preset
+from policy.tiny.model import TinyConfig
 
 # == 1. The configuration ========================================================================
-
-
-class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The tiny policy's shape (see policy/tiny.py)."""
-
-    d_model: int = 96
-    n_layers: int = 2
-    n_heads: int = 4
-    context: int = 192  # bytes of prompt the model sees (the tail is kept)
 
 
 class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -90,7 +82,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     concurrency: int = 32  # episodes in flight at once
     channel_capacity: int = 64  # finished episodes buffered on their way to the learner
     # -- the policy -------------------------------------------------------------------------
-    model: ModelConfig = msgspec.field(default_factory=ModelConfig)
+    model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(d_model=96, context=192))
     init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
     temperature: float = 1.0
     max_output_tokens: int = 24
@@ -114,6 +106,8 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"train config: {msg}")
+        # Fresh weights are a function of the run's seed, like everything else in the run.
+        self.model = msgspec.structs.replace(self.model, seed=self.seed)
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -278,9 +272,12 @@ class Sample(msgspec.Struct):
 class Learner:
     """Owns the trainable model and its optimiser; ``step`` runs in a worker thread."""
 
-    def __init__(self, model: TrainableModel, cfg: TrainConfig) -> None:
+    def __init__(
+        self, model: TrainableModel, cfg: TrainConfig, logprob_kwargs: dict[str, Any] | None = None
+    ) -> None:
         self.model = model
         self.cfg = cfg
+        self.logprob_kwargs = logprob_kwargs or {}
         self.optimiser = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
         self.reference = copy.deepcopy(model) if cfg.kl_coef > 0 else None
 
@@ -669,7 +666,7 @@ def train(
     torch.manual_seed(cfg.seed)
     backend = TinyBackend(cfg)
     model = backend.fresh() if not cfg.init else backend.load(cfg.init)
-    learner = Learner(model, cfg)
+    learner = Learner(model, cfg, backend.logprob_kwargs())
     state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
     serving_weights: dict[int, Any] = {0: backend.weights(model)}
     state_path = run_dir / "checkpoints" / "train-state.pt"

@@ -163,6 +163,10 @@ class World:
     def leave(self, agent: int) -> None:
         """Called when an agent is fired."""
 
+    def metrics(self) -> dict[str, float]:
+        """World-specific counters worth reporting (e.g. duplicated work), read at the end."""
+        return {}
+
     def close(self) -> None:
         """Release real resources (temporary directories, processes) when the episode ends."""
 

@@ -175,6 +175,9 @@ class Workshop(World):
         said = f"clashed with agent {self.agent_id(other)} on m{m}; " if clash else f"m{m}: "
         return said + f"{self._left(m):g} left"
 
+    def metrics(self) -> dict[str, float]:
+        return {"duplicates": self.duplicates}
+
     def heard(self, sender: int, to: int | None, text: str) -> None:
         """A key said by someone who knows it is learned: by the recipient, or by all (a post)."""
         for match in _KEY.finditer(text):
