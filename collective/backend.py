@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import torch
 
 from policy.tiny import TinyModel, TinyPolicy, TinyTransformer, save_checkpoint
