@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from collective import log as logsetup
@@ -31,6 +32,7 @@ from collective.records import (
     load_episode,
     save_episode,
 )
+from policy.base import PolicyError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -66,6 +68,13 @@ def _summary(ep: Episode, wall: float, out: str | None) -> dict[str, Any]:
     }
 
 
+def _close(policy: Any) -> None:
+    """Release what a policy holds (a server process it launched) once the command is done."""
+    import trio
+
+    trio.run(policy.aclose)
+
+
 # -- run ---------------------------------------------------------------------------------------
 
 
@@ -91,7 +100,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         policy=policy.name,
     )
     t0 = time.perf_counter()
-    ep = run_episode(cfg, policy)
+    try:
+        ep = run_episode(cfg, policy)
+    finally:
+        _close(policy)
     wall = time.perf_counter() - t0
     if a.out:
         save_episode(ep, a.out)
@@ -129,7 +141,10 @@ def cmd_replay(a: argparse.Namespace) -> int:
         )
         return 0
     policy = make_policy(a.policy or "random", seed=a.seed or 0)
-    forked = fork(ep, a.until, policy, sample_seed=a.seed)
+    try:
+        forked = fork(ep, a.until, policy, sample_seed=a.seed)
+    finally:
+        _close(policy)
     d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
     if d is not None:
         print(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
@@ -233,6 +248,54 @@ def cmd_diff(a: argparse.Namespace) -> int:
     return 1
 
 
+# -- training ---------------------------------------------------------------------------------
+
+
+@command
+def cmd_train(a: argparse.Namespace) -> int:
+    from collective.train import load_config, train
+
+    if a.resume:
+        if a.config or a.set or a.out:
+            print("train: --resume RUN_DIR takes no config, --set or --out", file=sys.stderr)
+            return 2
+        run_dir = Path(a.resume)
+        cfg = load_config(run_dir / "config.toml")
+    else:
+        if not a.config or not a.out:
+            print(
+                "train: give CONFIG.toml and --out RUN_DIR (or --resume RUN_DIR)", file=sys.stderr
+            )
+            return 2
+        cfg = load_config(a.config, a.set)
+        run_dir = Path(a.out)
+    rows = train(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
+    if rows:
+        first, last = rows[0], rows[-1]
+        print(
+            json.dumps(
+                {
+                    "run": str(run_dir),
+                    "steps": last.step + 1,
+                    "version": last.version,
+                    "return_first": round(first.return_mean, 4),
+                    "return_last": round(last.return_mean, 4),
+                    "wall_time": round(last.wall_time, 1),
+                }
+            )
+        )
+    return 0
+
+
+@command
+def cmd_plot(a: argparse.Namespace) -> int:
+    from collective.plots import plot_run
+
+    for path in plot_run(a.run):
+        print(path)
+    return 0
+
+
 # -- the parser --------------------------------------------------------------------------------
 
 
@@ -275,6 +338,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="also thinking starts and deliveries")
     s.add_argument("--limit", type=int, default=0, help="at most this many lines")
 
+    t = sub.add_parser("train", help="train the tiny policy with RLCR")
+    t.add_argument("config", nargs="?", help="a TOML config, e.g. configs/quick.toml")
+    t.add_argument("--out", help="the run directory to create")
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field (repeatable), e.g. --set steps=10",
+    )
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    pl = sub.add_parser("plot", help="draw a training run's metrics")
+    pl.add_argument("run")
+
     d = sub.add_parser("diff", help="the first divergence between two episodes")
     d.add_argument("a")
     d.add_argument("b")
@@ -286,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logsetup.configure(args.verbose)
     try:
         return COMMANDS[args.command](args)
-    except (EpisodeFileError, ValueError, FileNotFoundError) as e:
+    except (EpisodeFileError, ValueError, FileNotFoundError, PolicyError) as e:
         if args.verbose:
             raise
         print(f"collective {args.command}: error: {e}", file=sys.stderr)

@@ -130,6 +130,7 @@ class LiveEpisode:
         self.ended = False
         self.end_reason = ""
         self.final_score = 0.0
+        self.world_metrics: dict[str, float] = {}
         self.nursery: trio.Nursery | None = None
         self.curve.append((0.0, self.score()))
 
@@ -186,6 +187,9 @@ class LiveEpisode:
     def spawn(self, role: str, group: int, local: int, by: int) -> Actor:
         agent_id = self.next_id
         self.next_id += 1
+        ids = self.worlds[group]._ids
+        if local == len(ids):
+            ids.append(agent_id)
         actor = Actor(self, agent_id, role, group, local)
         self.actors[agent_id] = actor
         self.alive += 1
@@ -329,11 +333,15 @@ class LiveEpisode:
         t = self.heap[0][0]
         if t >= self.cfg.time_limit:
             self.now = self.cfg.time_limit
+            for w in self.worlds:
+                w.now = self.now
             self._end("time_limit")
             return
         if self.cfg.clock == "real" and t > trio.current_time() - self.t0_wall:
             return
         self.now = t
+        for w in self.worlds:
+            w.now = t
         changed = False
         while self.heap and self.heap[0][0] == t:
             _, prio, _, _, _, item = heapq.heappop(self.heap)
@@ -361,6 +369,10 @@ class LiveEpisode:
 
     def _respond(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse) -> None:
         if not actor.alive:
+            # Fired while its answer was in flight: the answer was sampled all the same. Keep it
+            # as a turn (no action), so a replay's policy gives the same answer, which then
+            # lands at the same time, after the firing, and is dropped again.
+            self.turns.append(self._turn(actor, req, resp, self.now))
             return
         n_out = len(resp.token_ids)
         self.stats.turns += 1
@@ -409,7 +421,8 @@ class LiveEpisode:
             self.log(Committed(self.now, actor.id, act, action.tool, ok, result, 0.0))
             self._finish_turn(actor, action.tool, action.kind, ok, result)
             self._resume(actor, result)
-            return action.tool in ("hire", "fire")
+            # Messages and posts reach the world through ``heard``, which may change its score.
+            return action.tool in ("hire", "fire", "msg", "post")
         world = self.worlds[actor.group]
         t0 = time.perf_counter()
         try:
@@ -470,6 +483,7 @@ class LiveEpisode:
             channel.post(msg)
             self.stats.posts += 1
             self.log(Posted(self.now, actor.id, msg.id, channel.name, msg.text))
+            self.worlds[actor.group].heard(actor.local, None, msg.text)
             for waiter in sorted(channel.waiting):
                 other = self.actors[waiter]
                 if waiter != actor.id and other.waiting:
@@ -523,6 +537,8 @@ class LiveEpisode:
         recipient.inbox.append(Message(msg_id, self.now, sender.id, text))
         self.stats.delivered += 1
         self.log(Delivered(self.now, sender.id, msg_id, to))
+        if recipient.group == sender.group:
+            self.worlds[sender.group].heard(sender.local, recipient.local, text)
         if recipient.waiting:
             self._wake(recipient, recipient.acts - 1, f"message from {sender.id}")
         return True, f"delivered to {to}"
@@ -631,9 +647,11 @@ class LiveEpisode:
         # Answers still in flight were sampled but land after the end: keep them as turns
         # (answered after the end, no action), so a replay's policy can give the same answers.
         for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
-            if prio == RESPOND and item[0].alive:
+            if prio == RESPOND:  # fired agents' too, for the same reason as in _respond
                 self.turns.append(self._turn(item[0], item[1], item[2], t))
         for w in self.worlds:
+            for key, value in w.metrics().items():
+                self.world_metrics[key] = self.world_metrics.get(key, 0.0) + float(value)
             w.close()
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
@@ -649,4 +667,6 @@ class LiveEpisode:
             curve=self.curve,
             events=self.events,
             turns=self.turns,
+            spaces=self.space_list,
+            world_metrics=self.world_metrics,
         )

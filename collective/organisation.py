@@ -7,8 +7,11 @@ decisions are deterministic and cheap (no per-pair tables: a thousand agents cos
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import ClassVar
+
+from collective.seeding import derive
 
 PRIMITIVES = ("msg", "post", "read", "put", "search", "wait", "hire", "fire")
 
@@ -71,11 +74,98 @@ def register_organisation(cls: type[Organisation]) -> type[Organisation]:
     return cls
 
 
+@register_organisation
+class Ceo(Organisation):
+    """One CEO (agent 0) who alone may hire and fire specialists, up to ``budget`` alive at once.
+
+    Agents beyond the first start as specialists the CEO did not hire (they do not count against
+    the budget and cannot be fired). Everyone may message anyone and shares the channel ``all``.
+    """
+
+    name: ClassVar[str] = "ceo"
+
+    def role(self, agent: int, n_agents: int) -> str:
+        return "ceo" if agent == 0 else "specialist"
+
+    def hire_roles(self, role: str) -> tuple[str, ...]:
+        return ("specialist",) if role == "ceo" and self.budget > 0 else ()
+
+
+@register_organisation
+class Orchestrator(Organisation):
+    """An orchestrator (agent 0, the ``trained`` policy) hands tasks to sub-agents that run the
+    ``frozen`` policy and report back; only the orchestrator's turns are training data.
+
+    Every other starting agent is a sub-agent from the start, so ``--agents N`` gives N - 1 of
+    them; with a budget the orchestrator may hire (and fire) more, up to ``budget`` alive at once.
+    Tasks and reports travel as direct messages; everyone shares the channel ``all``.
+    """
+
+    name: ClassVar[str] = "orchestrator"
+
+    def role(self, agent: int, n_agents: int) -> str:
+        return "orchestrator" if agent == 0 else "sub"
+
+    def hire_roles(self, role: str) -> tuple[str, ...]:
+        return ("sub",) if role == "orchestrator" and self.budget > 0 else ()
+
+    def policy_of(self, role: str) -> str:
+        return "frozen" if role == "sub" else "trained"
+
+
+@register_organisation
+class Islands(Organisation):
+    """Groups of agents, each given its own variant of the task (its own world, seeded apart),
+    talking only within the group: a channel ``g<k>`` per group, no messages across groups. The
+    best group's score is the episode's, and the episode ends when any group finishes.
+
+    ``islands`` makes 2 groups; ``islands:K`` makes K (never more than there are agents). Agents
+    are dealt to groups as evenly as possible, the first groups taking the remainder.
+    """
+
+    name: ClassVar[str] = "islands"
+
+    def __init__(self, budget: int = 0, option: str = "") -> None:
+        super().__init__(budget)
+        if option and not (option.isdigit() and int(option) >= 1):
+            raise ValueError(
+                f"organisation 'islands:{option}': the option is the number of groups, "
+                "a whole number >= 1"
+            )
+        self.n_groups = int(option) if option else 2
+
+    def groups(self, n_agents: int) -> list[int]:
+        k = min(self.n_groups, n_agents)
+        return [n_agents // k + (1 if g < n_agents % k else 0) for g in range(k)]
+
+    def variant_seed(self, group: int, world_seed: int) -> int:
+        # Group 0 keeps the config's seed, so islands:1 plays the same task as flat.
+        return world_seed if group == 0 else derive(world_seed, group) >> 1
+
+    def channels(self, role: str, group: int) -> tuple[str, ...]:
+        return (f"g{group}",)
+
+    def may_message(self, sender_group: int, recipient_group: int) -> bool:
+        return sender_group == recipient_group
+
+    def combine(self, scores: Sequence[float]) -> float:
+        return max(scores)
+
+    def finished(self, done: Sequence[bool]) -> bool:
+        return any(done)
+
+
 def make_organisation(name: str, budget: int = 0) -> Organisation:
+    """``NAME`` or ``NAME:OPTION`` (e.g. ``islands:4``); only some organisations take an option."""
+    base, sep, option = name.partition(":")
     try:
-        cls = ORGANISATIONS[name]
+        cls = ORGANISATIONS[base]
     except KeyError:
         raise ValueError(
             f"unknown organisation {name!r}; organisations are: {', '.join(sorted(ORGANISATIONS))}"
         ) from None
-    return cls(budget)
+    if not sep:
+        return cls(budget)
+    if "option" not in inspect.signature(cls.__init__).parameters:
+        raise ValueError(f"organisation {base!r} takes no option, got {name!r}")
+    return cls(budget, option)  # type: ignore[call-arg]

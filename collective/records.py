@@ -236,6 +236,7 @@ class Episode(msgspec.Struct, kw_only=True):
     events: list[AnyEvent]
     turns: list[Turn]
     spaces: list[ActionSpace] = []  # the distinct action spaces turns were sampled under
+    world_metrics: dict[str, float] = {}  # World.metrics() at the end, summed over groups
 
 
 class EpisodeFileError(ValueError):

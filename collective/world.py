@@ -128,6 +128,11 @@ class World:
         self.seed = seed
         #: The world's own seeded stream; use it (never the global ``random``) for determinism.
         self.rng = random.Random(seed)
+        #: Simulated seconds since the episode began. The engine sets it to the current instant
+        #: before anything reads or calls the world then, so observations, tools and scores may
+        #: depend on time (prices that move, work that overlaps).
+        self.now = 0.0
+        self._ids: list[int] = []  # engine-wide agent ids, by this world's agent number
 
     # -- what a subclass writes ---------------------------------------------------------------
 
@@ -141,11 +146,26 @@ class World:
         """The episode ends early when this is true; by default when the score reaches 1."""
         return self.score() >= 1.0
 
+    def heard(self, sender: int, to: int | None, text: str) -> None:
+        """Called when ``sender`` sends this world's agent ``to`` a message (at delivery), or
+        posts ``text`` on a channel (``to`` is None). Messages change nothing by default; a world
+        where knowledge travels by word of mouth overrides this to learn who now knows what."""
+
+    def agent_id(self, agent: int) -> int:
+        """The engine-wide id of this world's agent ``agent``: the number others ``msg``. They
+        differ only when several worlds share an episode (islands); say this one in
+        observations that tell an agent whom to talk to."""
+        return self._ids[agent] if agent < len(self._ids) else agent
+
     def join(self, agent: int) -> None:
         """Called when an agent is hired mid-episode (ids beyond ``n_agents``)."""
 
     def leave(self, agent: int) -> None:
         """Called when an agent is fired."""
+
+    def metrics(self) -> dict[str, float]:
+        """World-specific counters worth reporting (e.g. duplicated work), read at the end."""
+        return {}
 
     def close(self) -> None:
         """Release real resources (temporary directories, processes) when the episode ends."""

@@ -16,11 +16,35 @@ def make_policy(spec: str, *, seed: int = 0) -> Policy:
 
         return RandomPolicy()
     if name == "tiny":
-        from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+        return _tiny(arg, seed)
+    if name == "sglang":
+        return _sglang(arg)
+    raise ValueError(
+        f"unknown policy {spec!r}; policies are: random, tiny, tiny:PATH, sglang:URL, "
+        "sglang:launch:MODEL"
+    )
 
-        if not arg:
-            return TinyPolicy(
-                TinyModel.fresh(TinyConfig(seed=seed)), name=f"tiny (fresh weights, seed {seed})"
-            )
-        return TinyPolicy(TinyModel.load(arg), name=f"tiny:{arg}")
-    raise ValueError(f"unknown policy {spec!r}; policies are: random, tiny, tiny:PATH")
+
+def _tiny(path: str, seed: int) -> Policy:
+    from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+
+    if not path:
+        model = TinyModel.fresh(TinyConfig(seed=seed))
+        return TinyPolicy(model, name=f"tiny (fresh weights, seed {seed})")
+    return TinyPolicy(TinyModel.load(path), name=f"tiny:{path}")
+
+
+def _sglang(arg: str) -> Policy:
+    from policy.sglang import SGLangPolicy, SGLangServer
+
+    if arg.startswith("launch:"):
+        model = arg.removeprefix("launch:")
+        if not model:
+            raise ValueError("sglang:launch:MODEL needs a model directory")
+        server = SGLangServer.launch(model)
+        return SGLangPolicy(
+            server.url, tokenizer=model, server=server, name=f"sglang:launch:{model}"
+        )
+    if arg.startswith(("http://", "https://")):
+        return SGLangPolicy(arg)
+    raise ValueError(f"sglang:{arg}: expected sglang:http://HOST:PORT or sglang:launch:MODEL")

@@ -249,3 +249,17 @@ def test_bad_config_values_are_named() -> None:
         run_episode(EpisodeConfig(org="anarchy"), RandomPolicy())
     with pytest.raises(ValueError, match=r"world 'tally' rejected parameters \['colour'\]"):
         run_episode(EpisodeConfig(params={"colour": 1}), RandomPolicy())
+
+
+def test_every_turn_names_the_action_space_it_was_sampled_under() -> None:
+    ep = run_episode(
+        EpisodeConfig(world="tally", agents=4, budget=2, time_limit=200), RandomPolicy()
+    )
+    assert ep.spaces and ep.turns
+    for t in ep.turns:
+        space = ep.spaces[t.space]
+        if t.kind and t.kind != "invalid":
+            assert space.tool(t.tool) is not None
+    hired = {t.space for t in ep.turns if t.agent >= 4}
+    first = {t.space for t in ep.turns if t.agent < 4 and t.turn == 0}
+    assert not hired or hired != first, "hiring widens the msg range: a new space"

@@ -2,4 +2,8 @@
 
 BUILTIN: dict[str, str] = {
     "tally": "worlds.tally:Tally",
+    "workshop": "worlds.workshop:Workshop",
+    "relay": "worlds.relay:Relay",
+    "market": "worlds.market:Market",
+    "repo": "worlds.repo:Repo",
 }

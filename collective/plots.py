@@ -1,0 +1,84 @@
+"""Plots of a training run, drawn from its metrics.jsonl (``collective plot RUN_DIR``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collective.train import TEAM_BUCKETS, read_metrics
+
+
+def _pyplot():  # matplotlib is an optional extra; import it only when drawing
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_run(run_dir: str | Path) -> list[Path]:
+    """Draw every panel of a run into RUN_DIR/plots; return the files written."""
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise ValueError(f"{run_dir}: metrics.jsonl has no steps yet")
+    out = run_dir / "plots"
+    out.mkdir(exist_ok=True)
+    plt = _pyplot()
+    steps = [r.step for r in rows]
+    written = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.fill_between(
+        steps,
+        [r.return_min for r in rows],
+        [r.return_max for r in rows],
+        alpha=0.2,
+        label="min-max",
+    )
+    ax.plot(steps, [r.return_mean for r in rows], label="mean return")
+    ax.set(xlabel="step", ylabel="return", title="Return")
+    twin = ax.twinx()
+    twin.plot(steps, [r.time_limit for r in rows], color="grey", ls="--", label="T_max")
+    twin.set_ylabel("time limit (simulated s)")
+    ax.legend(loc="upper left")
+    save(fig, "returns.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for b in TEAM_BUCKETS:
+        pts = [(r.step, r.useful_rel[b]) for r in rows if b in r.useful_rel]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker=".", label=b)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set(
+        xlabel="step",
+        ylabel="useful tokens / average rollout",
+        title="Useful work relative to the average rollout, by team size",
+    )
+    ax.legend(title="team")
+    save(fig, "useful_work.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(steps, [r.comm_tokens_per_hour for r in rows])
+    ax.set(xlabel="step", ylabel="tokens / simulated hour", title="Communication intensity")
+    save(fig, "communication.png")
+
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6))
+    panels: list[tuple[str, str]] = [
+        ("entropy", "policy entropy (nats/token)"),
+        ("clip_fraction", "clip fraction"),
+        ("staleness_mean", "staleness (versions)"),
+        ("learner_tokens_per_s", "learner tokens/s"),
+    ]
+    for a, (field, label) in zip(axes.flat, panels, strict=True):
+        a.plot(steps, [getattr(r, field) for r in rows])
+        a.set(xlabel="step", title=label)
+    save(fig, "learner.png")
+    return written
