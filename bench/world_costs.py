@@ -16,14 +16,23 @@ Run: ``PYTHONPATH=. python bench/world_costs.py [--quick]``.
 
 from __future__ import annotations
 
+# The path fix below must run before the project's imports:
+# ruff: noqa: E402
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder heads sys.path, and bench/policy.py would hide the
+# `policy` package from every import below; the repository root goes there instead.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
 import argparse
 import json
 import re
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import trio
 

@@ -128,6 +128,11 @@ def test_cached_decoding_computes_the_same_function(model: TinyModel) -> None:
         h = net.hidden(ids, torch.arange(width).expand(3, width), cache, last)
         for i, n in enumerate(lens):
             torch.testing.assert_close(h[i], full[i, n - 1], atol=1e-5, rtol=1e-5)
+        rows, cols = torch.tensor([0, 0, 2, 1]), torch.tensor([3, 13, 0, 7])
+        picked = net.hidden(
+            torch.stack(seqs), torch.arange(total).expand(3, total), select=(rows, cols)
+        )
+        torch.testing.assert_close(picked, full[rows, cols], atol=1e-5, rtol=1e-5)
         pos = last
         for _ in range(total - width):
             pos = pos + 1

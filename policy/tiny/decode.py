@@ -268,7 +268,7 @@ def score(
         i = int((~tables.final[ends]).nonzero()[0, 0])
         raise ValueError(f"sample {i}: output does not end with a complete action and EOS")
     pos = torch.arange(width).expand(b, width)
-    hidden = net.hidden(ids, pos)[row, col]
+    hidden = net.hidden(ids, pos, select=(row, col))
     z = masked_logits(net.logits(hidden), cost, remaining, temperature)
     logp = torch.log_softmax(z, dim=-1)
     lp = logp.gather(1, tok[:, None])[:, 0]

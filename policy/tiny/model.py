@@ -1,12 +1,14 @@
 """The tiny policy's network: a byte-level, decoder-only transformer small enough for 2 CPU cores.
 
 Pre-norm blocks, learned positions, output head tied to the token embedding, and multi-query
-attention (every query head shares one key head and one value head). The defaults (d_model 128,
-2 layers, 4 heads, feed-forward 256, context 256 bytes: about 0.3M parameters) are chosen for
+attention (every query head shares one key head and one value head). The defaults (d_model 96,
+2 layers, 4 heads, feed-forward 256, context 256 bytes: about 0.2M parameters) are chosen for
 speed: RLCR on two cores runs many episodes of several agents for tens of turns each, so a decode
-step over a batch of a thousand agents must take milliseconds, not seconds. Multi-query attention
-is what makes that possible on a CPU: a decode step reads every row's whole key/value cache, and
-one shared key/value head makes that cache (and the memory traffic) four times smaller.
+step over a batch of a thousand agents must take milliseconds, not seconds. Measured on this
+machine (bench/policy.py), d_model 128 costs about a quarter more per token; multi-query
+attention is what makes large batches pay at all: a decode step reads every row's whole
+key/value cache, and one shared key/value head makes that cache (and its memory traffic) four
+times smaller.
 
 One network, two ways to run it: ``hidden`` over whole right-padded sequences with a causal mask
 (what the learner differentiates, and sampling's prefill, which also fills a key/value cache),
@@ -118,6 +120,7 @@ class TinyTransformer(nn.Module):
         pos: torch.Tensor,
         cache: Cache | None = None,
         last: torch.Tensor | None = None,
+        select: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Final hidden states of right-padded sequences ``ids`` (batch, n) at positions ``pos``,
         with causal attention within them (pads come last, so no real token sees one).
@@ -126,6 +129,9 @@ class TinyTransformer(nn.Module):
         With ``last`` (batch,), only column ``last[r]`` of row r is wanted: the result is
         (batch, d_model), and the final block runs its queries, projection and feed-forward at
         that column alone (the prefill of sampling, where nothing else is ever read).
+        With ``select`` (rows, columns), only those N cells are wanted: the result is (N,
+        d_model), and the final block's projection and feed-forward run there alone (what the
+        learner scores: the positions that predict output tokens, a fraction of each sequence).
         Otherwise the result is (batch, n, d_model).
         """
         b, n = ids.shape
@@ -156,7 +162,10 @@ class TinyTransformer(nn.Module):
                 is_causal=True,
                 enable_gqa=True,
             )
-            x = blk.finish(x, a.transpose(1, 2).reshape(b, n, -1))
+            a = a.transpose(1, 2).reshape(b, n, -1)
+            if select is not None and i == len(self.blocks) - 1:
+                return self.ln_f(blk.finish(x[select], a[select]))
+            x = blk.finish(x, a)
         return self.ln_f(x)
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor, cache: Cache) -> torch.Tensor:
