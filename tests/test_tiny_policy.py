@@ -251,6 +251,7 @@ def test_recomputed_logprobs_match_the_sampled_ones(model: TinyModel) -> None:
 def test_recompute_refuses_outputs_its_mask_forbids(model: TinyModel) -> None:
     out = [*tokenizer.encode("add 2"), tokenizer.EOS]
     model.token_logprobs(["x"], [out], [WORK])
+    assert model.token_logprobs([], [], []) == ([], [])
     with pytest.raises(ValueError, match="sample 1: output token 0"):
         model.token_logprobs(["x", "y"], [out, out], [WORK, TALK])
     with pytest.raises(ValueError, match="sample 0: output does not end"):

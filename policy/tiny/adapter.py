@@ -170,6 +170,8 @@ class TinyModel:
             )
         if temperature <= 0:
             raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
+        if not prompts:
+            return [], []
         room = self._room(max_tokens, "token_logprobs")
         fitted = [decode.fit_prompt(p, room) for p in prompts]
         tables = batch_tables(spaces)

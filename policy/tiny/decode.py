@@ -36,6 +36,7 @@ from policy.tokenizer import BOS, PAD
 
 _NEWLINE_LAST = b"\nlast: "
 PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward
+SCORE_TOKENS = 16384  # padded tokens per scoring forward
 _GOLDEN = 0x9E3779B97F4A7C15
 _C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
@@ -217,9 +218,10 @@ def score(
     """Per sample: the log-probability of each output token under the distribution ``sample``
     drew it from, and that distribution's entropy, both differentiable.
 
-    One causal forward over ``prompt + output[:-1]`` (right-padded); the head runs only at the
-    positions that predict an output token. Raises ValueError naming the sample and position
-    of a token the mask forbids: the outputs were not sampled under these spaces and budgets.
+    Causal forwards over ``prompt + output[:-1]``, right-padded, in groups of similar length;
+    the last block and the head run only at the positions that predict an output token. Raises
+    ValueError naming the sample and position of a token the mask forbids: the outputs were not
+    sampled under these spaces and budgets.
     """
     b = len(prompts)
     if not b:
@@ -227,13 +229,9 @@ def score(
     lens = [len(o) for o in outputs]
     if min(lens) < 1:
         raise ValueError(f"sample {lens.index(0)}: empty output (it needs at least the EOS)")
-    seqs = [[*p, *o[:-1]] for p, o in zip(prompts, outputs, strict=True)]
-    width = max(len(x) for x in seqs)
-    ids = torch.full((b, width), PAD, dtype=torch.int64)
     steps = max(lens)
     out = torch.full((b, steps), PAD, dtype=torch.int64)
-    for i, (x, o) in enumerate(zip(seqs, outputs, strict=True)):
-        ids[i, : len(x)] = torch.tensor(x, dtype=torch.int64)
+    for i, o in enumerate(outputs):
         out[i, : len(o)] = torch.tensor(list(o), dtype=torch.int64)
     if int(out.max()) >= tables.cost.shape[1] or int(out.min()) < 0:
         raise ValueError("outputs contain token ids outside the vocabulary")
@@ -247,7 +245,6 @@ def score(
         after[:, j] = state
     row = torch.cat([torch.full((n,), i, dtype=torch.int64) for i, n in enumerate(lens)])
     step = torch.cat([torch.arange(n) for n in lens])
-    col = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.int64)[row] + step
     tok = out[row, step]
     remaining = (torch.tensor(budgets, dtype=torch.int64)[row] - step).to(torch.int32)
     cost = tables.cost.index_select(0, states[row, step])
@@ -267,10 +264,43 @@ def score(
     if not bool(tables.final[ends].all()):
         i = int((~tables.final[ends]).nonzero()[0, 0])
         raise ValueError(f"sample {i}: output does not end with a complete action and EOS")
-    pos = torch.arange(width).expand(b, width)
-    hidden = net.hidden(ids, pos, select=(row, col))
+    hidden = _hidden_at_outputs(net, prompts, outputs)
     z = masked_logits(net.logits(hidden), cost, remaining, temperature)
     logp = torch.log_softmax(z, dim=-1)
     lp = logp.gather(1, tok[:, None])[:, 0]
     entropy = -(torch.softmax(z, dim=-1) * logp).sum(dim=-1)  # forbidden: 0 * finite = 0
     return list(lp.split(lens)), list(entropy.split(lens))
+
+
+def _hidden_at_outputs(
+    net: TinyTransformer, prompts: Sequence[list[int]], outputs: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """Final hidden states at every position that predicts an output token, sample by sample
+    (sample 0's tokens first). Sequences are sorted by length and run in groups of at most
+    ``SCORE_TOKENS`` padded tokens, so short ones do not pay for the longest one's padding (and
+    its quadratic attention)."""
+    seqs = [[*p, *o[:-1]] for p, o in zip(prompts, outputs, strict=True)]
+    offsets = [0]
+    for o in outputs:
+        offsets.append(offsets[-1] + len(o))
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    parts, where = [], []
+    g0 = 0
+    while g0 < len(order):
+        g1 = g0 + 1
+        while g1 < len(order) and (g1 + 1 - g0) * len(seqs[order[g1]]) <= SCORE_TOKENS:
+            g1 += 1
+        group = order[g0:g1]
+        width = len(seqs[group[-1]])
+        ids = torch.full((len(group), width), PAD, dtype=torch.int64)
+        rows, cols = [], []
+        for k, i in enumerate(group):
+            ids[k, : len(seqs[i])] = torch.tensor(seqs[i], dtype=torch.int64)
+            n = len(outputs[i])
+            rows.append(torch.full((n,), k, dtype=torch.int64))
+            cols.append(torch.arange(n) + len(prompts[i]) - 1)
+            where.append(torch.arange(offsets[i], offsets[i] + n))
+        pos = torch.arange(width).expand(len(group), width)
+        parts.append(net.hidden(ids, pos, select=(torch.cat(rows), torch.cat(cols))))
+        g0 = g1
+    return torch.cat(parts)[torch.argsort(torch.cat(where))]
