@@ -67,13 +67,13 @@ class TinyModel:
     A batch is sampled in chunks of requests with similar prompt lengths. ``max_rows`` bounds a
     chunk, so memory stays bounded whatever the batch size; ``workers`` threads (shared by every
     model in the process: a training run serves several versions) sample chunks side by side,
-    each with ONE torch intra-op thread. On a small CPU that is the parallelism
-    that pays: a decode step is dozens of small kernels, and splitting each across cores costs
-    a barrier per kernel, which turns into a stall of a whole time slice when another process
-    (or the learner) holds a core; measured here, a 4-agent episode took 31 s with two intra-op
-    threads on a busy machine and 3 s with one. Chunks on separate threads never wait for each
-    other. (``torch.set_num_threads`` also sets the default for threads created later; a
-    learner that wants more intra-op threads sets them in its own thread.)
+    each with ONE torch intra-op thread. On a small CPU that is the parallelism that pays: a
+    decode step is dozens of small kernels, and splitting each across cores costs a barrier per
+    kernel, which becomes a stall of a whole time slice when another process (or the learner)
+    holds a core; measured here, a 4-agent episode took 31 s with two intra-op threads on a busy
+    machine and 3 s with one. Chunks on separate threads never wait for each other.
+    (``torch.set_num_threads`` also sets the default for threads created later; a learner that
+    wants more intra-op threads sets them in its own thread.)
     """
 
     def __init__(
@@ -170,9 +170,13 @@ class TinyModel:
             )
         if temperature <= 0:
             raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
+        if not 1 <= max_tokens < self.config.context:
+            raise ValueError(
+                f"token_logprobs: max_tokens {max_tokens} must be in 1..{self.config.context - 1}"
+            )
         if not prompts:
             return [], []
-        room = self._room(max_tokens, "token_logprobs")
+        room = self.config.context - max_tokens
         fitted = [decode.fit_prompt(p, room) for p in prompts]
         tables = batch_tables(spaces)
         return decode.score(

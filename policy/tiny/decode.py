@@ -111,10 +111,10 @@ def masked_logits(
 def _pick(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling: the first token whose cumulative probability exceeds ``u``.
 
-    The CDF is summed in float32 (float64 is several times slower here); its rounding moves
-    probability mass by about 1e-7, far below anything the learner can see, and it is the same
-    in every batch, so batch independence is kept exactly. A forbidden token has probability
-    exactly 0 and can never be the first to exceed ``u``.
+    The CDF is summed in float32 (float64 is several times slower here): a token is drawn with
+    its reported probability to within about 1e-6, far below anything the learner can see, and
+    the arithmetic is the same in every batch, so batch independence is untouched. A forbidden
+    token has probability exactly 0 and can never be the first to exceed ``u``.
     """
     cdf = torch.cumsum(torch.softmax(z, dim=-1), dim=-1)
     target = (u.to(cdf.dtype) * cdf[:, -1])[:, None]
@@ -158,7 +158,7 @@ def sample(
     g0 = 0
     while g0 < b:
         g1 = g0 + 1
-        while g1 < b and (g1 + 1 - g0) * max(len(prompts[g0]), len(prompts[g1])) <= PREFILL_TOKENS:
+        while g1 < b and (g1 + 1 - g0) * len(prompts[g1]) <= PREFILL_TOKENS:  # sorted
             g1 += 1
         width = max(len(p) for p in prompts[g0:g1])
         ids = torch.full((g1 - g0, width), PAD, dtype=torch.int64)
