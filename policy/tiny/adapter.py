@@ -81,7 +81,7 @@ class TinyModel:
         net: TinyTransformer,
         *,
         version: int = 0,
-        max_rows: int = 512,
+        max_rows: int = 256,
         workers: int | None = None,
         source: str = "",
     ) -> None:
