@@ -10,7 +10,9 @@ Three measurements, printed and saved to ``bench/results/policy/`` (``policy.jso
    ``workshop`` (the training default world: ~160-byte prompts after truncation);
 2. **batched vs per request** at batch 1,024, interleaved in one run: the whole batch in one call
    (best of 3) against calling the model once per request (on 256 of the same requests, taken
-   in four interleaved slices); the ratio is per output token, and the issue asks for >= 20x;
+   in four interleaved slices); the ratio is per output token, and the issue asks for >= 20x.
+   The same ratio per CPU-second is reported beside it: it ignores the second core, and does
+   not move when other processes take one;
 3. **episode batch sizes**: what the conductor hands the policy in real episodes (mean, largest,
    first batch) for one episode of N agents and for several concurrent episodes.
 
@@ -102,6 +104,16 @@ def timed(model: TinyModel, batch: list[PolicyRequest]) -> tuple[float, int]:
     return time.perf_counter() - t0, sum(len(r.token_ids) for r in out)
 
 
+def cpu_timed(model: TinyModel, batch: list[PolicyRequest], one_by_one: bool) -> tuple:
+    """(wall seconds, CPU seconds of the whole process, output tokens)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    if one_by_one:
+        tokens = sum(len(model.sample([r])[0].token_ids) for r in batch)
+    else:
+        tokens = sum(len(r.token_ids) for r in model.sample(batch))
+    return time.perf_counter() - t0, time.process_time() - c0, tokens
+
+
 def sweep(model: TinyModel, pool: list, sizes: list[int], budget: float) -> list[dict]:
     rows = []
     for n in sizes:
@@ -133,36 +145,41 @@ def sweep(model: TinyModel, pool: list, sizes: list[int], budget: float) -> list
 
 
 def compare(model: TinyModel, pool: list, n: int = 1024, singles: int = 256) -> dict:
-    """The batched call against one call per request, interleaved so load hits both alike."""
+    """The batched call against one call per request, interleaved so load hits both alike.
+
+    Wall-clock tokens/s is what the issue asks about; tokens per CPU-second is printed beside
+    it because it does not move when other processes take a core (the batched path's use of
+    the second core shows as the gap between the two ratios)."""
     batch = batch_of(pool, n, salt=7)
-    batched, single_s, single_tokens, slice_rates = [], 0.0, 0, []
     step = singles // 4
+    wall_b, cpu_b, wall_s, cpu_s, slices = [], [], 0.0, 0.0, []
+    tok_s = 0
     for k in range(4):
         if k < 3:
-            seconds, tokens = timed(model, batch)
-            batched.append(tokens / seconds)
-        t0, got = time.perf_counter(), 0
-        for r in batch[k * step : (k + 1) * step]:
-            got += len(model.sample([r])[0].token_ids)
-        seconds = time.perf_counter() - t0
-        single_s += seconds
-        single_tokens += got
-        slice_rates.append(got / seconds)
-    per_request = single_tokens / single_s
+            w, c, tokens = cpu_timed(model, batch, one_by_one=False)
+            wall_b.append(tokens / w)
+            cpu_b.append(tokens / c)
+        w, c, got = cpu_timed(model, batch[k * step : (k + 1) * step], one_by_one=True)
+        wall_s, cpu_s, tok_s = wall_s + w, cpu_s + c, tok_s + got
+        slices.append(got / w)
     out = {
         "batch": n,
-        "batched_tokens_per_s": batched,
-        "per_request_tokens_per_s": per_request,
-        "per_request_slices": slice_rates,
+        "batched_tokens_per_s": wall_b,
+        "batched_tokens_per_cpu_s": cpu_b,
+        "per_request_tokens_per_s": tok_s / wall_s,
+        "per_request_tokens_per_cpu_s": tok_s / cpu_s,
+        "per_request_slices": slices,
         "per_request_calls": singles,
-        "ratio_best": max(batched) / max(slice_rates),
-        "ratio_median": statistics.median(batched) / per_request,
+        "ratio_best": max(wall_b) / max(slices),
+        "ratio_median": statistics.median(wall_b) / (tok_s / wall_s),
+        "ratio_cpu": max(cpu_b) / (tok_s / cpu_s),
     }
     out["meets_target"] = out["ratio_best"] >= TARGET
     print(
-        f"  batched {max(batched):.0f} tok/s (best of 3) vs one call per request "
-        f"{per_request:.0f} tok/s: {out['ratio_best']:.1f}x best, {out['ratio_median']:.1f}x "
-        f"median  (target >= {TARGET:.0f}x: {'met' if out['meets_target'] else 'NOT met'})",
+        f"  at batch {n}: batched {max(wall_b):.0f} tok/s (best of 3) vs one call per request "
+        f"{tok_s / wall_s:.0f} tok/s: {out['ratio_best']:.1f}x best, {out['ratio_median']:.1f}x "
+        f"median (target >= {TARGET:.0f}x: {'met' if out['meets_target'] else 'NOT met'}); "
+        f"per CPU-second {out['ratio_cpu']:.1f}x",
         flush=True,
     )
     return out
