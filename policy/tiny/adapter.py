@@ -43,7 +43,7 @@ from policy.tokenizer import decode as detokenize
 DEFAULT_MAX_TOKENS: int = next(
     f.default for f in msgspec.structs.fields(PolicyRequest) if f.name == "max_tokens"
 )
-MIN_CHUNK_ROWS = 32  # below this, a chunk's fixed cost per step outweighs running in parallel
+MIN_CHUNK_ROWS = 128  # below this, a chunk's fixed cost per step outweighs running in parallel
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
