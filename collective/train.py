@@ -664,6 +664,9 @@ def train(
     if not resume:
         (run_dir / "config.toml").write_text(dump_config(cfg))
     torch.manual_seed(cfg.seed)
+    # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and
+    # a reduction's order (hence its last bits) cannot depend on how the two happen to overlap.
+    torch.set_num_threads(1)
     backend = TinyBackend(cfg)
     model = backend.fresh() if not cfg.init else backend.load(cfg.init)
     learner = Learner(model, cfg, backend.logprob_kwargs())
