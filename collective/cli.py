@@ -296,6 +296,69 @@ def cmd_plot(a: argparse.Namespace) -> int:
     return 0
 
 
+# -- studies and experiments ------------------------------------------------------------------
+
+
+def _numbers(text: str, kind: type = int) -> tuple:
+    try:
+        return tuple(kind(x) for x in text.split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
+
+
+@command
+def cmd_study(a: argparse.Namespace) -> int:
+    from collective.study import ScaleConfig, scale_study
+
+    cfg = ScaleConfig(
+        checkpoint=a.checkpoint,
+        world=a.world,
+        params=dict(a.param),
+        org=a.org,
+        agents=a.agents,
+        seeds=a.seeds,
+        horizon=a.horizon,
+        limits=a.limits or (a.horizon / 4, a.horizon / 2, a.horizon),
+        targets=a.targets,
+        policies=tuple(a.policies.split(",")),
+    )
+    rows = scale_study(cfg, Path(a.out), progress=not a.quiet)
+    for r in rows:
+        print(
+            json.dumps(
+                {
+                    "policy": r.policy,
+                    "agents": r.agents,
+                    "score": round(r.score, 4),
+                    "useful_per_agent": round(r.useful_per_agent, 2),
+                    "duplicate_rate": round(r.duplicate_rate, 4),
+                    "messages_per_agent": round(r.messages_per_agent, 3),
+                    "batch_mean": round(r.batch_mean, 2),
+                    "wall": round(r.wall_seconds, 1),
+                }
+            )
+        )
+    print(f"wrote {a.out}/scale.json and {a.out}/scale.png")
+    return 0
+
+
+@command
+def cmd_experiment(a: argparse.Namespace) -> int:
+    import runpy
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "signs_of_life.py"
+    if not script.exists():
+        print(
+            f"experiment: {script} not found (run from a checkout of the project)", file=sys.stderr
+        )
+        return 2
+    sys.argv = [str(script), *a.args]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
 # -- the parser --------------------------------------------------------------------------------
 
 
@@ -353,6 +416,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plot", help="draw a training run's metrics")
     pl.add_argument("run")
+
+    st = sub.add_parser("study", help="evaluate a policy at growing agent counts")
+    st.add_argument("kind", choices=["scale"])
+    st.add_argument("checkpoint", help="a tiny checkpoint (the trained policy)")
+    st.add_argument("--world", default="workshop")
+    st.add_argument("--org", default="flat")
+    st.add_argument("--agents", type=_numbers, default=(1, 2, 4, 8, 16, 64, 256, 1024, 4096))
+    st.add_argument("--seeds", type=int, default=3)
+    st.add_argument("--horizon", type=float, default=240.0, help="T_max, simulated seconds")
+    st.add_argument(
+        "--limits",
+        type=lambda t: _numbers(t, float),
+        default=None,
+        help="read the score at these times (default: horizon/4, /2, horizon)",
+    )
+    st.add_argument("--targets", type=lambda t: _numbers(t, float), default=(0.25, 0.5, 0.75))
+    st.add_argument("--policies", default="trained,untrained,random")
+    st.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE")
+    st.add_argument("--out", default="bench/results/city/study")
+    st.add_argument("--quiet", action="store_true")
+
+    ex = sub.add_parser("experiment", help="run a packaged experiment")
+    ex.add_argument("name", choices=["signs-of-life"])
+    ex.add_argument("args", nargs=argparse.REMAINDER, help="passed on (e.g. --quick)")
 
     d = sub.add_parser("diff", help="the first divergence between two episodes")
     d.add_argument("a")
