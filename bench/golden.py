@@ -140,6 +140,10 @@ def compute() -> dict[str, dict[str, str]]:
             "replay": digest(encode_episode(replay(ep))),
             "fork": digest(encode_episode(forked)),
         }
+    for org in ("flat", "city"):  # one large episode each: batches of thousands
+        cfg = EpisodeConfig(world=CROWD, agents=2000, org=org, time_limit=15.0, max_wait=10)
+        data = encode_episode(run_episode(cfg, SparsePolicy(0.5)))
+        result[f"crowd-a2000-{org}"] = {"episode": digest(data), "replay": "", "fork": ""}
     for i, data in enumerate(concurrent()):
         result[f"concurrent-{i}"] = {"episode": digest(data), "replay": "", "fork": ""}
     return result
