@@ -8,6 +8,10 @@ Record on the code before a change, check after: byte-identical files mean ident
 
     PYTHONPATH=$PWD python bench/golden.py --record   # before
     PYTHONPATH=$PWD python bench/golden.py            # after: exits 1 on any difference
+
+``--against REF`` needs no recording: it runs the same cases on the engine as it is at a git
+ref (``collective/``, ``policy/`` and ``worlds/`` from ``git archive``, in a subprocess) and
+compares with the working tree, e.g. ``--against main`` before a merge.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ import argparse
 import hashlib
 import json
 import logging
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -149,21 +157,50 @@ def compute() -> dict[str, dict[str, str]]:
     return result
 
 
+def at_ref(ref: str) -> dict[str, dict[str, str]]:
+    """The digests the engine at git ``ref`` gives for the same cases (this file's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", ref, "collective", "policy", "worlds"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        shutil.copytree(
+            ROOT / "bench", Path(tmp) / "bench", ignore=shutil.ignore_patterns("results")
+        )
+        out = subprocess.run(
+            [sys.executable, str(Path(tmp) / "bench" / "golden.py"), "--print"],
+            cwd=tmp,
+            env={**os.environ, "PYTHONPATH": tmp},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    return json.loads(out)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--record", action="store_true", help="write the digests instead of checking")
+    p.add_argument("--against", metavar="REF", help="compare with the engine at this git ref")
+    p.add_argument("--print", action="store_true", help="print the digests as JSON and exit")
     p.add_argument("--file", type=Path, default=GOLDEN)
     a = p.parse_args()
     logsetup.configure(0)
     # The Brittle world's bug is on purpose: its warnings would only bury the verdict.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     got = compute()
+    if a.print:
+        print(json.dumps(got, sort_keys=True))
+        return 0
     if a.record:
         a.file.parent.mkdir(parents=True, exist_ok=True)
         a.file.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         print(f"recorded {len(got)} golden digests in {a.file}")
         return 0
-    want = json.loads(a.file.read_text())
+    want = at_ref(a.against) if a.against else json.loads(a.file.read_text())
     bad = [
         f"{name}: {part} differs"
         for name in sorted(set(want) | set(got))
