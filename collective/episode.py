@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import inspect
 import math
+import operator
 import time
 from collections import deque
 from typing import Any
@@ -55,6 +56,8 @@ log = structlog.get_logger("collective.episode")
 # Priorities of heap entries that fall on the same instant: answers first, then effects, then
 # plain resumptions, then timers, so a message landing at t wakes a waiter before its timeout.
 RESPOND, COMMIT, RESUME, TIMER = 0, 1, 2, 3
+
+_BY_ID = operator.attrgetter("id")
 
 _DOCS = {
     "msg": "send a direct message",
@@ -197,6 +200,7 @@ class LiveEpisode:
         return actor
 
     async def _actor_main(self, actor: Actor) -> None:
+        actor.task = trio.lowlevel.current_task()
         try:
             await self.program(actor)
         except Fired:
@@ -215,20 +219,10 @@ class LiveEpisode:
         if self.ended:
             await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
         actor.request = (kind, payload)
-        actor.task = trio.lowlevel.current_task()
         actor.parked = True
         self.pending.append(actor)
-        conductor = self.conductor
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            # Cancelled (the time limit) while parked: withdraw whatever was asked.
-            actor.request = None
-            actor.parked = False
-            conductor.runnable += 1
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        conductor.task_done()
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        self.conductor.task_done()
+        return await trio.lowlevel.wait_task_rescheduled(actor.abort)
 
     def _resume(self, actor: Actor, value: Any) -> None:
         assert actor.parked, f"agent {actor.id} resumed twice"
@@ -240,7 +234,7 @@ class LiveEpisode:
     # -- starting requests, in canonical order --------------------------------------------------
 
     def start_requests(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
-        pending = sorted((a for a in self.pending if a.request is not None), key=lambda a: a.id)
+        pending = sorted((a for a in self.pending if a.request is not None), key=_BY_ID)
         self.pending = []
         for actor in pending:
             kind, payload = actor.request  # type: ignore[misc]
@@ -630,7 +624,7 @@ class LiveEpisode:
         self.ended = True
         # Answers still in flight were sampled but land after the end: keep them as turns
         # (answered after the end, no action), so a replay's policy can give the same answers.
-        for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
+        for t, prio, _, _, _, item in sorted(self.heap):  # (t, prio, agent, seq) is unique
             if prio == RESPOND and item[0].alive:
                 self.turns.append(self._turn(item[0], item[1], item[2], t))
         for w in self.worlds:
