@@ -267,6 +267,7 @@ def _roomy_gc() -> Iterator[None]:
 
 _plays = 0  # plays running in this process (nested or concurrent): the outermost restores
 
+
 def _single(group: BaseExceptionGroup) -> BaseException:
     """trio wraps every error in an ExceptionGroup; a lone error is clearer unwrapped, and keeps
     its own traceback. Several errors stay grouped."""
