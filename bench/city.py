@@ -20,7 +20,7 @@ from collective.seeding import derive
 from collective.world import Range, World, tool
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
-from policy.uniform import RandomPolicy
+from policy.uniform import respond
 
 CROWD = "bench.city:Crowd"
 IDLE_ACTION = "wait 0"
@@ -78,30 +78,34 @@ class CityOrganisation(Organisation):
 
 
 class SparsePolicy:
-    """The random policy for a seeded ``activity`` fraction of the agents; ``wait 0`` for the
-    rest. Whether an agent is active depends only on its id, so the choice is the same in any
-    batch, any process and on replay."""
+    """The random policy for a seeded ``activity`` fraction of the agents (and always for the
+    first ``pinned`` ids); ``wait 0`` for the rest. Whether an agent is active depends only on
+    its id, so the choice is the same in any batch, any process and on replay."""
 
-    def __init__(self, activity: float = 1.0, salt: int = 0) -> None:
+    def __init__(self, activity: float = 1.0, salt: int = 0, pinned: int = 0) -> None:
         if not 0.0 <= activity <= 1.0:
             raise ValueError(f"SparsePolicy: activity must be in [0, 1], got {activity}")
+        if pinned < 0:
+            raise ValueError(f"SparsePolicy: pinned must be >= 0, got {pinned}")
         self.activity = activity
         self.salt = salt
-        self.inner = RandomPolicy()
-        self.name = f"sparse({activity:g}) over random"
+        self.pinned = pinned
+        self.name = f"sparse({activity:g}, pinned {pinned}) over random"
         self.version = 0
         self._threshold = int(activity * 2**64)
         self._idle_ids = [*tokenizer.encode(IDLE_ACTION), tokenizer.EOS]
 
     def active(self, agent: int) -> bool:
-        return self.activity >= 1.0 or derive(self.salt, agent) < self._threshold
+        return (
+            self.activity >= 1.0
+            or agent < self.pinned
+            or derive(self.salt, agent) < self._threshold
+        )
 
-    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
-        active = [r for r in requests if self.active(r.agent)]
-        answers = iter(await self.inner.generate(active))
-        return [next(answers) if self.active(r.agent) else self._idle(r) for r in requests]
-
-    def _idle(self, r: PolicyRequest) -> PolicyResponse:
+    def answer(self, r: PolicyRequest) -> PolicyResponse:
+        """One request's answer, synchronously (what the batch call does for each)."""
+        if self.active(r.agent):
+            return respond(r)
         ids = list(self._idle_ids)
         return PolicyResponse(
             text=IDLE_ACTION,
@@ -110,6 +114,9 @@ class SparsePolicy:
             prompt_tokens=tokenizer.count(r.prompt),
             version=0,
         )
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        return [self.answer(r) for r in requests]
 
     async def aclose(self) -> None:
         return None

@@ -14,6 +14,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 _WORD = re.compile(r"[a-z0-9]+")
+_ID_BITS = 48  # note ids stay far below 2**48 in any episode
+_ID_MASK = (1 << _ID_BITS) - 1
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,6 +96,7 @@ class Archive:
         shared: Counter[int] = Counter()
         for w in frozenset(_WORD.findall(query.lower())):
             shared.update(self.index.get(w, ()))
-        best = heapq.nsmallest(k, shared.items(), key=lambda hit: (-hit[1], -hit[0]))
+        # Most shared words first, then the newest: one int per hit, (count, id), compared in C.
+        best = heapq.nlargest(k, [(n << _ID_BITS) | nid for nid, n in shared.items()])
         first = self.entries[0][0] if self.entries else 0  # ids are consecutive in the deque
-        return [self.entries[nid - first][:3] for nid, _ in best]  # type: ignore[misc]
+        return [self.entries[(key & _ID_MASK) - first][:3] for key in best]  # type: ignore[misc]

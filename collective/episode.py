@@ -408,7 +408,7 @@ class LiveEpisode:
         t0 = time.perf_counter()
         try:
             value = world.call_tool(action.tool, actor.local, action.args)
-            if inspect.isawaitable(value):
+            if type(value) is not str and inspect.isawaitable(value):  # str: the common case
                 value = await value
             ok, result = True, str(value)
         except ToolError as e:
