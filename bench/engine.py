@@ -40,6 +40,7 @@ import random
 import subprocess
 import sys
 import time
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -136,13 +137,19 @@ def batching(ep: Episode, batches: list[tuple[float, int]]) -> dict[str, float]:
 
     The log is the independent witness: every think is an ``Asked`` event at the instant it
     began. A batch "equals the agents thinking at that instant" when each instant's requests
-    all went out in one batch, so sizes and counts match instant by instant.
+    all went out in one batch, so sizes and counts match instant by instant. Reported beside
+    them: how many agents were mid-thought (asked earlier, not yet answered) at each batch.
     """
     thinking = Counter(e.t for e in ep.events if isinstance(e, Asked))
     per_instant: dict[float, list[int]] = {}
     for t, size in batches:
         per_instant.setdefault(t, []).append(size)
     single = sum(1 for t, sizes in per_instant.items() if sizes == [thinking[t]])
+    # Agents mid-thought when a batch goes out: asked at or before it, answered after it. Most
+    # were asked at earlier instants, so they went out in earlier batches.
+    asked = sorted(turn.asked for turn in ep.turns)
+    answered = sorted(turn.answered for turn in ep.turns)
+    in_flight = [bisect_right(asked, t) - bisect_right(answered, t) for t, _ in batches]
     return {
         "batches": len(batches),
         "batch_mean": sum(s for _, s in batches) / max(1, len(batches)),
@@ -150,6 +157,7 @@ def batching(ep: Episode, batches: list[tuple[float, int]]) -> dict[str, float]:
         "thinking_instants": len(thinking),
         "thinking_mean": sum(thinking.values()) / max(1, len(thinking)),
         "instants_in_one_batch": single / max(1, len(thinking)),
+        "in_flight_mean": sum(in_flight) / max(1, len(in_flight)),
     }
 
 
@@ -191,10 +199,10 @@ def dense_config(agents: int, turns: int) -> EpisodeConfig:
 def run_point(agents: int, turns: int, idle: bool, show: bool) -> dict[str, Any]:
     """One sweep point, in this (fresh) process."""
     if idle:
-        # Agents 0 and 1 keep the clock moving; everyone else answers its first turn with
-        # "wait 0" and waits, with no timeout, for a message (which only 0 and 1 may send).
+        # Agents 0 to 7 keep the clock moving; everyone else answers its first turn with
+        # "wait 0" and waits, with no timeout, for a message (which only 0 to 7 send).
         cfg = EpisodeConfig(world=CROWD, agents=agents, org="city", time_limit=60.0, max_wait=30)
-        inner = SparsePolicy(activity=0.0, pinned=2)
+        inner = SparsePolicy(activity=0.0, pinned=min(8, agents))
     else:
         cfg = dense_config(agents, turns)
         inner = SparsePolicy(1.0)
@@ -251,7 +259,8 @@ def sweep(sizes: list[int], turns: int, show: bool) -> list[dict[str, Any]]:
     rows = []
     jobs = [(n, idle) for n in sizes for idle in (False, True)]
     for n, idle in tqdm(jobs, desc="sweep", unit="run", disable=not show):
-        cmd = [sys.executable, str(Path(__file__)), "--point", str(n), "--turns", str(turns)]
+        target = max(turns, 5 * n)  # at least five turns an agent: more than its first
+        cmd = [sys.executable, str(Path(__file__)), "--point", str(n), "--turns", str(target)]
         if idle:
             cmd.append("--idle")
         if not show:
@@ -481,7 +490,8 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
     a.legend()
     a = ax[1][1]
     a.plot(n, [r["batch_mean"] for r in dense], "o-", label="mean policy batch")
-    a.plot(n, [r["thinking_mean"] for r in dense], "x--", label="mean agents thinking / instant")
+    a.plot(n, [r["thinking_mean"] for r in dense], "x--", label="mean agents starting to think")
+    a.plot(n, [r["in_flight_mean"] for r in dense], "^:", label="mean agents mid-thought")
     a.set(xscale="log", yscale="log", xlabel="agents", title="batching (dense run)")
     a.legend()
     fig.suptitle("collective engine: random policy in the Crowd world, city organisation")
@@ -510,9 +520,9 @@ def plot_comparison(rows: list[dict[str, Any]], path: Path) -> None:
         )
     ax.set_xticks(range(len(rows)), labels)
     ax.set(yscale="log", ylabel="agent-turns / s (wall clock)")
-    ax.set_ylim(top=max(r[k]["turns_per_s"] for r in rows for k, _ in names) * 3)
+    ax.set_ylim(top=max(r[k]["turns_per_s"] for r in rows for k, _ in names) * 6)
     ax.set_title("same world, policy and primitives: this engine vs asyncio rounds vs SimPy")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -244,18 +244,22 @@ class Conductor:
 def _roomy_gc() -> Iterator[None]:
     """Run episodes with Python's cyclic garbage collector called less often.
 
-    Every agent is some twenty objects the collector tracks (its trio task, its coroutine
+    Every agent is some fifteen objects the collector tracks (its trio task, its coroutine
     frames), and every full collection walks all of them: with the default thresholds, 100,000
     idle agents cost seconds of CPU per simulated minute, against the rule that idle agents
-    cost memory, not CPU. The engine's own objects form no reference cycles (reference counting
-    frees them), so collecting young objects every 100,000 allocations instead of every 700,
-    and old ones rarely, loses nothing. Only when the collector runs changes, never what an
-    episode does; the previous thresholds come back when play ends.
+    cost memory, not CPU. Every parked agent also holds a few young objects (the frames of its
+    current wait), so even a young collection walks about four objects per agent. The engine's
+    own objects form no reference cycles (reference counting frees them), so collecting young
+    objects every 1,000,000 allocations instead of every 700, and old ones rarely, costs only
+    this: cyclic garbage made by a world or a policy lives longer before it is freed. Measured
+    with 100,000 agents, the collector took 42 s of a 68 s run with the default thresholds and
+    2.3 s of 30 s with these. Only when the collector runs changes, never what an episode
+    does; the previous thresholds come back when play ends.
     """
     global _plays
     old = gc.get_threshold()
     if _plays == 0 and old[0] != 0:  # 0: the caller disabled collection; leave it so
-        gc.set_threshold(max(old[0], 100_000), max(old[1], 50), max(old[2], 100))
+        gc.set_threshold(max(old[0], 1_000_000), max(old[1], 50), max(old[2], 100))
     _plays += 1
     try:
         yield
