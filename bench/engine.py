@@ -419,6 +419,51 @@ def determinism(agents: int, limit: float, most: float) -> dict[str, Any]:
     return out
 
 
+def trio_floor(rounds: int = 50_000) -> dict[str, float]:
+    """What trio alone costs per simulated instant, nothing else: a conductor task wakes two
+    parked tasks, they park again, the last one wakes the conductor (the engine's pattern, with
+    ``wait_task_rescheduled`` and ``reschedule``), and no work in between."""
+    import outcome
+
+    async def main() -> float:
+        parked: list[Any] = []
+        state = {"runnable": 0, "conductor": None}
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        async def actor() -> None:
+            while True:
+                parked.append(trio.lowlevel.current_task())
+                state["runnable"] -= 1
+                if state["runnable"] == 0 and state["conductor"] is not None:
+                    task, state["conductor"] = state["conductor"], None
+                    trio.lowlevel.reschedule(task)
+                await trio.lowlevel.wait_task_rescheduled(abort)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                state["runnable"] += 1
+                nursery.start_soon(actor)
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                while state["runnable"]:
+                    state["conductor"] = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(abort)
+                waking = parked[:]
+                parked.clear()
+                for task in waking:
+                    state["runnable"] += 1
+                    trio.lowlevel.reschedule(task, outcome.Value(None))
+            seconds = time.perf_counter() - t0
+            nursery.cancel_scope.cancel()
+        return seconds
+
+    with _roomy_gc():
+        seconds = trio.run(main)
+    return {"instant_with_two_agents_us": seconds / rounds * 1e6}
+
+
 # -- the million ---------------------------------------------------------------------------------
 
 
@@ -469,6 +514,7 @@ def million(agents: int, activity: float, limit: float, show: bool) -> dict[str,
         "gc_s": gc_clock.seconds,
         "policy_s": conductor.batch_stats.policy_seconds,
         "first_batch_wall_s": samples[0][0] if samples else math.nan,
+        "after_last_batch_wall_s": wall - last[0],  # the end: cancelling every agent's task
         "resident_rss_per_agent": (settle[2] - base) / agents,
         "peak_rss_per_agent": (peak - base) / agents,
         "steady_sim_seconds": last[1] - settle[1],
@@ -656,7 +702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = environment()
 
     if a.million:
-        result = million(1_000_000, activity=0.001, limit=120.0, show=show)
+        result = million(1_000_000, activity=0.001, limit=600.0, show=show)
         result["environment"] = {**env, "load_after": load()}
         for d in (engine_dir, city_dir):
             write(result, d / "million.json")
@@ -691,6 +737,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     comparison = compare(cmp_sizes, activities, cmp_turns, repeats, show)
     report_comparison(comparison)
     det = determinism(*jitter)
+    floor = trio_floor()
+    print(
+        f"trio alone, one instant waking two agents: {floor['instant_with_two_agents_us']:.1f} µs"
+    )
     print(
         "jittery policy, same order twice: "
         + ", ".join(
@@ -703,6 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment": {**env, "load_after": load()},
         "comparison": comparison,
         "determinism": det,
+        "trio_floor": floor,
     }
     for d in (engine_dir, city_dir):
         write(result, d / "comparison.json")
