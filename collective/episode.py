@@ -624,7 +624,7 @@ class LiveEpisode:
         self.ended = True
         # Answers still in flight were sampled but land after the end: keep them as turns
         # (answered after the end, no action), so a replay's policy can give the same answers.
-        for t, prio, _, _, _, item in sorted(self.heap):  # (t, prio, agent, seq) is unique
+        for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
             if prio == RESPOND and item[0].alive:
                 self.turns.append(self._turn(item[0], item[1], item[2], t))
         for w in self.worlds:
