@@ -20,7 +20,7 @@ from collective.seeding import derive
 from collective.world import Range, World, tool
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
-from policy.uniform import respond
+from policy.uniform import sample_action
 
 CROWD = "bench.city:Crowd"
 IDLE_ACTION = "wait 0"
@@ -104,15 +104,13 @@ class SparsePolicy:
 
     def answer(self, r: PolicyRequest) -> PolicyResponse:
         """One request's answer, synchronously (what the batch call does for each)."""
-        if self.active(r.agent):
-            return respond(r)
-        ids = list(self._idle_ids)
+        if self.active(r.agent):  # exactly what RandomPolicy answers
+            text, ids, lps = sample_action(r)
+        else:  # a deterministic choice: probability one
+            text, ids = IDLE_ACTION, list(self._idle_ids)
+            lps = [0.0] * len(ids)
         return PolicyResponse(
-            text=IDLE_ACTION,
-            token_ids=ids,
-            logprobs=[0.0] * len(ids),  # a deterministic choice: probability one
-            prompt_tokens=tokenizer.count(r.prompt),
-            version=0,
+            text=text, token_ids=ids, logprobs=lps, prompt_tokens=tokenizer.count(r.prompt)
         )
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:

@@ -170,15 +170,16 @@ def at_ref(ref: str) -> dict[str, dict[str, str]]:
         shutil.copytree(
             ROOT / "bench", Path(tmp) / "bench", ignore=shutil.ignore_patterns("results")
         )
-        out = subprocess.run(
+        done = subprocess.run(
             [sys.executable, str(Path(tmp) / "bench" / "golden.py"), "--print"],
             cwd=tmp,
             env={**os.environ, "PYTHONPATH": tmp},
-            check=True,
             capture_output=True,
             text=True,
-        ).stdout
-    return json.loads(out)
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"golden: the cases fail on the engine at {ref}:\n{done.stderr}")
+    return json.loads(done.stdout)
 
 
 def main() -> int:
