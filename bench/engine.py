@@ -62,6 +62,9 @@ from policy.base import PolicyRequest, PolicyResponse  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 TURNS_PER_AGENT_SECOND = 0.36  # measured rate of the dense scenario, to size time limits
+# Twenty cells an agent, each to fill 255 times: no timed run can finish the task early, so
+# every run lasts its whole time limit (the one-cell default would end small runs in minutes).
+ENDLESS = {"cells_per_agent": 20, "target": 255}
 
 
 # -- measuring -----------------------------------------------------------------------------------
@@ -194,7 +197,9 @@ def environment() -> dict[str, Any]:
 def dense_config(agents: int, turns: int) -> EpisodeConfig:
     """Every agent runs the random policy, for about ``turns`` agent-turns in all."""
     limit = min(100_000.0, max(5.0, turns / (agents * TURNS_PER_AGENT_SECOND)))
-    return EpisodeConfig(world=CROWD, agents=agents, org="city", time_limit=limit, max_wait=30)
+    return EpisodeConfig(
+        world=CROWD, params=ENDLESS, agents=agents, org="city", time_limit=limit, max_wait=30
+    )
 
 
 def run_point(agents: int, turns: int, idle: bool, show: bool) -> dict[str, Any]:
@@ -287,7 +292,9 @@ def sweep(sizes: list[int], turns: int, repeats: int, show: bool) -> list[dict[s
 
 def comparison_config(agents: int, activity: float, turns: int) -> EpisodeConfig:
     limit = min(300.0, max(10.0, turns / (agents * activity * TURNS_PER_AGENT_SECOND)))
-    return EpisodeConfig(world=CROWD, agents=agents, org="city", time_limit=limit, max_wait=30)
+    return EpisodeConfig(
+        world=CROWD, params=ENDLESS, agents=agents, org="city", time_limit=limit, max_wait=30
+    )
 
 
 def digest(data: bytes) -> str:
@@ -560,20 +567,21 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
     a.legend()
     a = ax[1][0]
     a.plot(
-        n,
-        [r["peak_rss_growth_per_agent"] / 1024 for r in dense],
-        "o-",
-        label="peak, dense run (with its record: ~1 KB a turn)",
-    )
-    a.plot(
         [r["agents"] for r in idle],
         [r["idle_rss_per_agent"] / 1024 for r in idle],
         "s-",
-        label="resident, idle agent",
+        label="per idle agent (resident)",
+    )
+    a.plot(
+        n,
+        [r["peak_rss_growth_per_turn"] / 1024 for r in dense],
+        "o-",
+        label="per agent-turn of a dense run (peak / turns: its record)",
     )
     a.axhline(5, color="r", ls="--", label="target: 5 KB per idle agent")
-    a.set(xscale="log", yscale="log", xlabel="agents", ylabel="KB per agent", title="memory")
-    a.legend()
+    a.set(xscale="log", xlabel="agents", ylabel="KB", title="memory (growth of the resident set)")
+    a.set_ylim(bottom=0)
+    a.legend(fontsize=8)
     a = ax[1][1]
     a.plot(n, [r["batch_mean"] for r in dense], "o-", label="mean policy batch")
     a.plot(n, [r["thinking_mean"] for r in dense], "x--", label="mean agents starting to think")
@@ -621,9 +629,17 @@ def plot_million(result: dict[str, Any], path: Path) -> None:
     s = result["samples"]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     ax[0].plot([w for w, _, _ in s], [r / result["agents"] / 1024 for _, _, r in s])
-    ax[0].set(xlabel="wall seconds", ylabel="KB per agent (RSS)", title="memory per agent")
+    ax[0].set(
+        xlabel="wall seconds (from the first policy batch)",
+        ylabel="KB per agent",
+        title="the process's resident set / agents",
+    )
     ax[1].plot([w for w, _, _ in s], [t for _, t, _ in s])
-    ax[1].set(xlabel="wall seconds", ylabel="simulated seconds", title="simulated clock")
+    ax[1].set(
+        xlabel="wall seconds (from the first policy batch)",
+        ylabel="simulated seconds",
+        title="simulated clock",
+    )
     fig.suptitle(
         f"{result['agents']:,} resident agents, {result['active_agents']:,} active: "
         f"{result['resident_rss_per_agent'] / 1024:.2f} KB each, "
@@ -688,6 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--city-out", type=Path, default=None, help="where the issue-7 figures go")
     p.add_argument("--agents", default=None, help="sweep sizes, e.g. 10,100,1000")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--replot", action="store_true", help="redraw the PNGs from the JSON files")
     # one sweep point, run by the sweep in a fresh process
     p.add_argument("--point", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--turns", type=int, default=100_000, help=argparse.SUPPRESS)
@@ -699,6 +716,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     engine_dir = a.out or (RESULTS / "engine" / ("quick" if a.quick else ""))
     city_dir = a.city_out or (engine_dir / "city" if a.quick else RESULTS / "city")
+    if a.replot:
+        for d in (engine_dir, city_dir):
+            if (d / "engine.json").exists():
+                plot_sweep(json.loads((d / "engine.json").read_text())["sweep"], d / "engine.png")
+            if (d / "comparison.json").exists():
+                rows = json.loads((d / "comparison.json").read_text())["comparison"]
+                plot_comparison(rows, d / "comparison.png")
+            if (d / "million.json").exists():
+                plot_million(json.loads((d / "million.json").read_text()), d / "million.png")
+        return 0
     env = environment()
 
     if a.million:
