@@ -8,11 +8,14 @@ only subscribers that are actually waiting are woken.
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 _WORD = re.compile(r"[a-z0-9]+")
+_ID_BITS = 48  # note ids stay far below 2**48 in any episode
+_ID_MASK = (1 << _ID_BITS) - 1
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,28 +61,42 @@ class Channel:
 
 @dataclass(slots=True)
 class Archive:
-    """Notes that outlive messages: ``put`` stores one, ``search`` ranks by shared words."""
+    """Notes that outlive messages: ``put`` stores one, ``search`` ranks by shared words.
+
+    An inverted index (word -> ids of the notes holding it) answers a search by touching only
+    the notes that share a word with the query, not every note kept; it is bounded with the
+    archive, since an evicted note leaves the index too.
+    """
 
     capacity: int
     entries: deque[tuple[int, int, str, frozenset[str]]] = field(default_factory=deque)
     next_id: int = 0
     evicted: int = 0
+    index: dict[str, set[int]] = field(default_factory=dict)
 
     def put(self, author: int, text: str) -> int:
         nid = self.next_id
         self.next_id += 1
-        self.entries.append((nid, author, text, frozenset(_WORD.findall(text.lower()))))
+        words = frozenset(_WORD.findall(text.lower()))
+        self.entries.append((nid, author, text, words))
+        for w in words:
+            self.index.setdefault(w, set()).add(nid)
         if len(self.entries) > self.capacity:
-            self.entries.popleft()
+            old, _, _, old_words = self.entries.popleft()
+            for w in old_words:
+                holders = self.index[w]
+                holders.discard(old)
+                if not holders:
+                    del self.index[w]
             self.evicted += 1
         return nid
 
     def search(self, query: str, k: int = 3) -> list[tuple[int, int, str]]:
         """The ``k`` entries sharing most words with the query; ties go to the newest."""
-        q = frozenset(_WORD.findall(query.lower()))
-        if not q:
-            return []
-        scored = [(len(q & words), nid, author, text) for nid, author, text, words in self.entries]
-        scored = [s for s in scored if s[0] > 0]
-        scored.sort(key=lambda s: (-s[0], -s[1]))
-        return [(nid, author, text) for _, nid, author, text in scored[:k]]
+        shared: Counter[int] = Counter()
+        for w in frozenset(_WORD.findall(query.lower())):
+            shared.update(self.index.get(w, ()))
+        # Most shared words first, then the newest: one int per hit, (count, id), compared in C.
+        best = heapq.nlargest(k, [(n << _ID_BITS) | nid for nid, n in shared.items()])
+        first = self.entries[0][0] if self.entries else 0  # ids are consecutive in the deque
+        return [self.entries[(key & _ID_MASK) - first][:3] for key in best]  # type: ignore[misc]

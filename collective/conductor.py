@@ -16,9 +16,11 @@ actors only read frozen state and park. That is the whole determinism argument.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import msgspec
@@ -95,7 +97,7 @@ class Conductor:
         self.program = program
         self.on_batch = on_batch
         self.runnable = 0  # actor tasks not parked
-        self._quiet = trio.Event()
+        self._waiting: trio.lowlevel.Task | None = None  # the conductor, parked until quiet
         self.batch_stats = BatchStats()
 
     # -- quiescence -----------------------------------------------------------------------------
@@ -103,13 +105,21 @@ class Conductor:
     def task_done(self) -> None:
         """An actor parked or finished."""
         self.runnable -= 1
-        if self.runnable == 0:
-            self._quiet.set()
+        if self.runnable == 0 and self._waiting is not None:
+            task, self._waiting = self._waiting, None
+            trio.lowlevel.reschedule(task)
 
     async def _quiescence(self) -> None:
+        # The conductor parks itself, as actors do, rather than waiting on a trio.Event: this
+        # happens at every simulated instant, and an Event (with its parking lot) per instant
+        # is a measurable share of the engine's cost per agent-turn.
         while self.runnable:
-            self._quiet = trio.Event()
-            await self._quiet.wait()
+            self._waiting = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_quiescence)
+
+    def _abort_quiescence(self, _: object) -> trio.lowlevel.Abort:
+        self._waiting = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -129,7 +139,8 @@ class Conductor:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         source = configs if isinstance(configs, EpisodeSource) else _IterSource(configs)
         try:
-            return await self._play(source, concurrency, emit, replay)
+            with _roomy_gc():
+                return await self._play(source, concurrency, emit, replay)
         except BaseExceptionGroup as group:
             raise _single(group) from None
 
@@ -227,6 +238,38 @@ class Conductor:
         target = min(due, limit)
         if target > trio.current_time():
             await trio.sleep_until(target)
+
+
+@contextmanager
+def _roomy_gc() -> Iterator[None]:
+    """Run episodes with Python's cyclic garbage collector called less often.
+
+    Every agent is some fifteen objects the collector tracks (its trio task, its coroutine
+    frames), and every full collection walks all of them: with the default thresholds, 100,000
+    idle agents cost seconds of CPU per simulated minute, against the rule that idle agents
+    cost memory, not CPU. Every parked agent also holds a few young objects (the frames of its
+    current wait), so even a young collection walks about four objects per agent. The engine's
+    own objects form no reference cycles (reference counting frees them), so collecting young
+    objects every 1,000,000 allocations instead of every 700, and old ones rarely, costs only
+    this: cyclic garbage made by a world or a policy lives longer before it is freed. Measured
+    with 100,000 agents, the collector took 42 s of a 68 s run with the default thresholds and
+    2.3 s of 30 s with these. Only when the collector runs changes, never what an episode
+    does; the previous thresholds come back when play ends.
+    """
+    global _plays
+    old = gc.get_threshold()
+    if _plays == 0 and old[0] != 0:  # 0: the caller disabled collection; leave it so
+        gc.set_threshold(max(old[0], 1_000_000), max(old[1], 50), max(old[2], 100))
+    _plays += 1
+    try:
+        yield
+    finally:
+        _plays -= 1
+        if _plays == 0:
+            gc.set_threshold(*old)
+
+
+_plays = 0  # plays running in this process (nested or concurrent): the outermost restores
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:

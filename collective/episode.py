@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import inspect
 import math
+import operator
 import time
 from collections import deque
 from typing import Any
@@ -55,6 +56,8 @@ log = structlog.get_logger("collective.episode")
 # Priorities of heap entries that fall on the same instant: answers first, then effects, then
 # plain resumptions, then timers, so a message landing at t wakes a waiter before its timeout.
 RESPOND, COMMIT, RESUME, TIMER = 0, 1, 2, 3
+
+_BY_ID = operator.attrgetter("id")
 
 _DOCS = {
     "msg": "send a direct message",
@@ -201,6 +204,7 @@ class LiveEpisode:
         return actor
 
     async def _actor_main(self, actor: Actor) -> None:
+        actor.task = trio.lowlevel.current_task()
         try:
             await self.program(actor)
         except Fired:
@@ -219,20 +223,10 @@ class LiveEpisode:
         if self.ended:
             await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
         actor.request = (kind, payload)
-        actor.task = trio.lowlevel.current_task()
         actor.parked = True
         self.pending.append(actor)
-        conductor = self.conductor
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            # Cancelled (the time limit) while parked: withdraw whatever was asked.
-            actor.request = None
-            actor.parked = False
-            conductor.runnable += 1
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        conductor.task_done()
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        self.conductor.task_done()
+        return await trio.lowlevel.wait_task_rescheduled(actor.abort)
 
     def _resume(self, actor: Actor, value: Any) -> None:
         assert actor.parked, f"agent {actor.id} resumed twice"
@@ -244,7 +238,7 @@ class LiveEpisode:
     # -- starting requests, in canonical order --------------------------------------------------
 
     def start_requests(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
-        pending = sorted((a for a in self.pending if a.request is not None), key=lambda a: a.id)
+        pending = sorted((a for a in self.pending if a.request is not None), key=_BY_ID)
         self.pending = []
         for actor in pending:
             kind, payload = actor.request  # type: ignore[misc]
@@ -427,7 +421,7 @@ class LiveEpisode:
         t0 = time.perf_counter()
         try:
             value = world.call_tool(action.tool, actor.local, action.args)
-            if inspect.isawaitable(value):
+            if type(value) is not str and inspect.isawaitable(value):  # str: the common case
                 value = await value
             ok, result = True, str(value)
         except ToolError as e:

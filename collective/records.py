@@ -25,7 +25,10 @@ Overflow = Literal["drop_newest", "drop_oldest"]
 # -- events: the replayable history of an episode, in commit order ---------------------------
 
 
-class Event(msgspec.Struct, tag=True, array_like=True, frozen=True):
+# gc=False on events and turns: they hold no references back to anything, so they can never be
+# part of a cycle, and a long episode keeps millions of them; untracked, Python's cyclic
+# collector never walks them.
+class Event(msgspec.Struct, tag=True, array_like=True, frozen=True, gc=False):
     t: float  # simulated seconds since the episode began
     agent: int  # who it concerns (-1 for the episode itself)
 
@@ -132,7 +135,7 @@ AnyEvent = (
 # -- turns: what the learner needs ------------------------------------------------------------
 
 
-class Turn(msgspec.Struct, kw_only=True):
+class Turn(msgspec.Struct, kw_only=True, gc=False):
     """One think-then-act cycle of one agent."""
 
     agent: int

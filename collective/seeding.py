@@ -25,7 +25,11 @@ def derive(*parts: int) -> int:
     """Fold integers into one 64-bit seed; order matters, so (1, 2) != (2, 1)."""
     h = 0x243F6A8885A308D3
     for p in parts:
-        h = splitmix64(h ^ (p & _MASK))
+        # splitmix64(h ^ p), written out: this runs at every turn of every agent.
+        x = ((h ^ (p & _MASK)) + 0x9E3779B97F4A7C15) & _MASK
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+        h = x ^ (x >> 31)
     return h
 
 
@@ -40,7 +44,12 @@ class Stream:
 
     def bits(self) -> int:
         self._counter += 1
-        return splitmix64((self._seed + self._counter * 0x9E3779B97F4A7C15) & _MASK)
+        # splitmix64(seed + counter * golden), written out (policies draw it per decision);
+        # splitmix64's own first step adds one more golden, hence counter + 1.
+        x = (self._seed + (self._counter + 1) * 0x9E3779B97F4A7C15) & _MASK
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+        return x ^ (x >> 31)
 
     def random(self) -> float:
         """A float in [0, 1) with 53 random bits."""

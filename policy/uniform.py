@@ -50,16 +50,28 @@ def sample_action(req: PolicyRequest) -> tuple[str, list[int], list[float]]:
             text, lp = _text_arg(a, rng)
             pieces.append(text)
             piece_lps.append(lp)
-    ids: list[int] = []
-    lps: list[float] = []
-    for i, (piece, lp) in enumerate(zip(pieces, piece_lps, strict=True)):
-        b = tokenizer.encode((" " if i else "") + piece)
-        ids += b
-        lps += [0.0] * len(b)
-        lps[len(lps) - len(b) + (1 if i else 0)] = lp  # on the piece's first byte, after the space
+    text = " ".join(pieces)
+    ids = tokenizer.encode(text)
+    lps = [0.0] * len(ids)
+    at = 0
+    for piece, lp in zip(pieces, piece_lps, strict=True):
+        lps[at] = lp  # on the piece's first byte (after the space that separates it)
+        at += len(piece.encode()) + 1
     ids.append(tokenizer.EOS)
     lps.append(0.0)
-    return " ".join(pieces), ids, lps
+    return text, ids, lps
+
+
+def respond(req: PolicyRequest) -> PolicyResponse:
+    """One request's answer; synchronous, so a benchmark's other loops can call it as is."""
+    text, ids, lps = sample_action(req)
+    return PolicyResponse(
+        text=text,
+        token_ids=ids,
+        logprobs=lps,
+        prompt_tokens=tokenizer.count(req.prompt),
+        version=0,
+    )
 
 
 class RandomPolicy:
@@ -69,19 +81,7 @@ class RandomPolicy:
     version = 0
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
-        out = []
-        for r in requests:
-            text, ids, lps = sample_action(r)
-            out.append(
-                PolicyResponse(
-                    text=text,
-                    token_ids=ids,
-                    logprobs=lps,
-                    prompt_tokens=tokenizer.count(r.prompt),
-                    version=0,
-                )
-            )
-        return out
+        return [respond(r) for r in requests]
 
     async def aclose(self) -> None:
         return None

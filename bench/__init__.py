@@ -1,0 +1,1 @@
+"""Reproducible benchmarks: scripts that print and save figures (JSON + PNG under results/)."""

@@ -1,0 +1,793 @@
+"""How fast the engine runs agents, how much memory an agent costs, and how it compares.
+
+Three parts, each printing its figures and saving JSON and PNG plots:
+
+* the sweep (issue 2): the random policy in the ``Crowd`` world (``bench/city.py``) with 10 to
+  100,000 agents, each size in a fresh process so its memory can be measured honestly. Per
+  size: agent-turns and events per second of wall time; engine overhead per agent-turn (wall
+  time minus the time spent inside the policy, per turn); peak memory per agent (growth of the
+  process's peak resident set over its size before the episode, divided by the agents); memory
+  per idle agent (resident set growth once all but one agent wait for a message that never
+  comes); and the mean policy batch against the number of agents that began thinking at that
+  simulated instant.
+* the comparison (issue 7): the same scenario stepped by this engine, by a round-based asyncio
+  loop and by SimPy (``bench/baselines.py``), in this one process, at 1,000 and 10,000 agents,
+  dense (every agent runs the random policy) and sparse (most agents wait for a message);
+  agent-turns per second and their ratios; each run twice, with digests of its event order,
+  and once more under a policy whose answers arrive with real, random delays, as a model
+  server's do.
+* ``--million``: 1,000,000 resident agents in one process with sparse activity: memory per
+  agent, events and agent-turns per second.
+
+    PYTHONPATH=$PWD python bench/engine.py            # sweep + comparison, ~10 minutes
+    PYTHONPATH=$PWD python bench/engine.py --quick    # a small version, ~15 seconds
+    PYTHONPATH=$PWD python bench/engine.py --million  # several minutes, ~6 GB
+
+Timings are wall-clock, as the issue asks, on a machine other jobs may share: each JSON also
+records CPU seconds and the load average around the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import trio  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from bench.baselines import Town, run_rounds, run_simpy  # noqa: E402
+from bench.city import CROWD, SparsePolicy  # noqa: E402
+from collective.conductor import Conductor, _roomy_gc  # noqa: E402
+from collective.records import Asked, Episode, EpisodeConfig, encode_episode  # noqa: E402
+from collective.replay import verify  # noqa: E402
+from policy.base import PolicyRequest, PolicyResponse  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+TURNS_PER_AGENT_SECOND = 0.36  # measured rate of the dense scenario, to size time limits
+# Twenty cells an agent, each to fill 255 times: no timed run can finish the task early, so
+# every run lasts its whole time limit (the one-cell default would end small runs in minutes).
+ENDLESS = {"cells_per_agent": 20, "target": 255}
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+def rss() -> int:
+    """Resident set size of this process, in bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    """The largest resident set this process has had (VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def available_memory() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+class GcClock:
+    """Seconds spent in Python's cyclic garbage collector, reported apart for transparency."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+class Probe:
+    """Wraps a policy: records each batch's size and the simulated instant it was asked at, and
+    calls ``at_batch`` (with that instant) before answering."""
+
+    def __init__(self, inner: Any, at_batch: Callable[[float], None] | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.version = inner.version
+        self.batches: list[tuple[float, int]] = []
+        self.at_batch = at_batch
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        asked = requests[0].asked
+        self.batches.append((asked, len(requests)))
+        if self.at_batch is not None:
+            self.at_batch(asked)
+        return await self.inner.generate(requests)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def batching(ep: Episode, batches: list[tuple[float, int]]) -> dict[str, float]:
+    """Batch sizes against the agents that began thinking at each instant, from the log.
+
+    The log is the independent witness: every think is an ``Asked`` event at the instant it
+    began. A batch "equals the agents thinking at that instant" when each instant's requests
+    all went out in one batch, so sizes and counts match instant by instant. Reported beside
+    them: how many agents were mid-thought (asked earlier, not yet answered) at each batch.
+    """
+    thinking = Counter(e.t for e in ep.events if isinstance(e, Asked))
+    per_instant: dict[float, list[int]] = {}
+    for t, size in batches:
+        per_instant.setdefault(t, []).append(size)
+    single = sum(1 for t, sizes in per_instant.items() if sizes == [thinking[t]])
+    # Agents mid-thought when a batch goes out: asked at or before it, answered after it. Most
+    # were asked at earlier instants, so they went out in earlier batches.
+    asked = sorted(turn.asked for turn in ep.turns)
+    answered = sorted(turn.answered for turn in ep.turns)
+    in_flight = [bisect_right(asked, t) - bisect_right(answered, t) for t, _ in batches]
+    return {
+        "batches": len(batches),
+        "batch_mean": sum(s for _, s in batches) / max(1, len(batches)),
+        "batch_largest": max((s for _, s in batches), default=0),
+        "thinking_instants": len(thinking),
+        "thinking_mean": sum(thinking.values()) / max(1, len(thinking)),
+        "instants_in_one_batch": single / max(1, len(thinking)),
+        "in_flight_mean": sum(in_flight) / max(1, len(in_flight)),
+    }
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def environment() -> dict[str, Any]:
+    import msgspec
+    import simpy
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "python": platform.python_version(),
+        "trio": trio.__version__,
+        "simpy": simpy.__version__,
+        "msgspec": msgspec.__version__,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "commit": commit,
+        "load_before": load(),
+    }
+
+
+# -- the sweep: one size per process -----------------------------------------------------------
+
+
+def dense_config(agents: int, turns: int) -> EpisodeConfig:
+    """Every agent runs the random policy, for about ``turns`` agent-turns in all."""
+    limit = min(100_000.0, max(5.0, turns / (agents * TURNS_PER_AGENT_SECOND)))
+    return EpisodeConfig(
+        world=CROWD, params=ENDLESS, agents=agents, org="city", time_limit=limit, max_wait=30
+    )
+
+
+def run_point(agents: int, turns: int, idle: bool, show: bool) -> dict[str, Any]:
+    """One sweep point, in this (fresh) process."""
+    if idle:
+        # Agents 0 to 7 keep the clock moving; everyone else answers its first turn with
+        # "wait 0" and waits, with no timeout, for a message (which only 0 to 7 send).
+        cfg = EpisodeConfig(world=CROWD, agents=agents, org="city", time_limit=60.0, max_wait=30)
+        inner = SparsePolicy(activity=0.0, pinned=min(8, agents))
+    else:
+        cfg = dense_config(agents, turns)
+        inner = SparsePolicy(1.0)
+    settled: list[int] = []
+
+    def at_batch(t: float) -> None:
+        if idle and t >= 2.0 and not settled:  # every idle agent has parked by now
+            settled.append(rss())
+        if bar is not None:
+            bar.update(int(min(t, cfg.time_limit)) - bar.n)
+
+    probe = Probe(inner, at_batch)
+    conductor = Conductor(probe)
+    bar = (
+        tqdm(total=cfg.time_limit, desc=f"{agents} agents", unit="sim s", leave=False)
+        if show
+        else None
+    )
+    gc.collect()
+    base = rss()
+    with GcClock() as gc_clock:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        ep = trio.run(lambda: conductor.play([cfg]))[0]
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    if bar is not None:
+        bar.close()
+    peak = peak_rss()
+    policy = conductor.batch_stats.policy_seconds
+    turns_done = ep.stats.turns
+    out: dict[str, Any] = {
+        "agents": agents,
+        "idle": idle,
+        "sim_seconds": ep.duration,
+        "end": ep.end,
+        "turns": turns_done,
+        "events": len(ep.events),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "gc_s": gc_clock.seconds,
+        "policy_s": policy,
+        "turns_per_s": turns_done / wall,
+        "events_per_s": len(ep.events) / wall,
+        "overhead_us_per_turn": (wall - policy) / turns_done * 1e6,
+        "peak_rss_growth_per_agent": (peak - base) / agents,
+        "peak_rss_growth_per_turn": (peak - base) / turns_done,
+        **batching(ep, probe.batches),
+    }
+    if idle:
+        out["idle_rss_per_agent"] = (settled[0] - base) / agents if settled else math.nan
+    return out
+
+
+def sweep(sizes: list[int], turns: int, repeats: int, show: bool) -> list[dict[str, Any]]:
+    """Every size dense (``repeats`` times: the fastest counts, the machine may be shared) and
+    idle (once), each run in a fresh process."""
+    rows = []
+    jobs = [
+        (n, idle) for n in sizes for idle in (False, True) for _ in range(1 if idle else repeats)
+    ]
+    done_runs: dict[tuple[int, bool], list[dict[str, Any]]] = {}
+    for n, idle in tqdm(jobs, desc="sweep", unit="run", disable=not show):
+        target = max(turns, 5 * n)  # at least five turns an agent: more than its first
+        cmd = [sys.executable, str(Path(__file__)), "--point", str(n), "--turns", str(target)]
+        if idle:
+            cmd.append("--idle")
+        if not show:
+            cmd.append("--quiet")
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"sweep point {n} agents (idle={idle}) failed:\n{done.stderr}")
+        done_runs.setdefault((n, idle), []).append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for results in done_runs.values():
+        best = min(results, key=lambda r: r["wall_s"])
+        best["walls_s"] = [round(r["wall_s"], 3) for r in results]
+        rows.append(best)
+    return rows
+
+
+# -- the comparison: this engine, asyncio rounds, SimPy, one process ---------------------------
+
+
+def comparison_config(agents: int, activity: float, turns: int) -> EpisodeConfig:
+    limit = min(300.0, max(10.0, turns / (agents * activity * TURNS_PER_AGENT_SECOND)))
+    return EpisodeConfig(
+        world=CROWD, params=ENDLESS, agents=agents, org="city", time_limit=limit, max_wait=30
+    )
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def run_engine(cfg: EpisodeConfig, policy: Any) -> tuple[int, str, Episode]:
+    conductor = Conductor(policy)
+    ep = trio.run(lambda: conductor.play([cfg]))[0]
+    return ep.stats.turns, digest(encode_episode(ep)), ep
+
+
+def run_baseline(step: Callable[..., Town], cfg: EpisodeConfig, policy: Any) -> tuple[int, str]:
+    town = step(cfg, policy)
+    return len(town.turns), town.digest()
+
+
+SYSTEMS: dict[str, tuple[str, Callable[[EpisodeConfig, SparsePolicy], tuple[int, str]]]] = {
+    "engine": ("this engine", lambda cfg, pol: run_engine(cfg, pol)[:2]),
+    "asyncio_rounds": ("asyncio rounds, 1 s", lambda cfg, pol: run_baseline(run_rounds, cfg, pol)),
+    # The same loop at a finer step, closer to the policy latencies it simulates (~0.4 s):
+    # only in the dense case, where it costs least.
+    "asyncio_rounds_fine": (
+        "asyncio rounds, 0.25 s",
+        lambda cfg, pol: run_baseline(partial(run_rounds, dt=0.25), cfg, pol),
+    ),
+    "simpy": ("SimPy", lambda cfg, pol: run_baseline(run_simpy, cfg, pol)),
+}
+
+
+def compare(
+    sizes: list[int], activities: list[float], turns: int, repeats: int, show: bool
+) -> list[dict[str, Any]]:
+    """Each system ``repeats`` times per case, interleaved so that a busy moment on a shared
+    machine hurts all alike; the fastest run of each counts, and all its digests are kept."""
+    cases = [(n, a) for n in sizes for a in activities]
+    jobs = [
+        (n, a, name)
+        for n, a in cases
+        for _ in range(repeats)
+        for name in SYSTEMS
+        if name != "asyncio_rounds_fine" or a == 1.0
+    ]
+    runs: dict[tuple[int, float, str], list[tuple[int, str, float, float]]] = {}
+    for n, activity, name in tqdm(jobs, desc="compare", unit="run", disable=not show):
+        cfg = comparison_config(n, activity, turns)
+        gc.collect()
+        with _roomy_gc():  # the same collector settings the engine plays under, for all
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            turns_done, order = SYSTEMS[name][1](cfg, SparsePolicy(activity))
+            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        runs.setdefault((n, activity, name), []).append((turns_done, order, wall, cpu))
+    out = []
+    for n, activity in cases:
+        row: dict[str, Any] = {
+            "agents": n,
+            "activity": activity,
+            "sim_seconds": comparison_config(n, activity, turns).time_limit,
+        }
+        for name in SYSTEMS:
+            done = runs.get((n, activity, name))
+            if not done:
+                continue
+            best = min(done, key=lambda r: r[2])
+            row[name] = {
+                "turns": best[0],
+                "wall_s": best[2],
+                "cpu_s": best[3],
+                "turns_per_s": best[0] / best[2],
+                "walls_s": [round(r[2], 3) for r in done],
+                "digests": [r[1] for r in done],
+                "same_order_every_run": len({r[1] for r in done}) == 1,
+            }
+        e = row["engine"]["turns_per_s"]
+        for name in SYSTEMS:
+            if name != "engine" and name in row:
+                row[f"engine_over_{name}"] = e / row[name]["turns_per_s"]
+        out.append(row)
+    return out
+
+
+class Jittery:
+    """A policy whose answers take real, random time, as a model server's do (an unseeded
+    stream: nothing the simulation controls). Async for trio and asyncio alike; SimPy, whose
+    processes cannot await, gets the same delay as a blocking sleep."""
+
+    def __init__(self, inner: SparsePolicy, most: float, sleep: Callable[[float], Any]) -> None:
+        self.inner, self.most, self.sleep = inner, most, sleep
+        self.name, self.version = inner.name, inner.version
+        self.jitter = random.Random()
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        await self.sleep(self.jitter.uniform(0, self.most))
+        return await self.inner.generate(requests)
+
+    def answer(self, r: PolicyRequest) -> PolicyResponse:
+        time.sleep(self.jitter.uniform(0, self.most))
+        return self.inner.answer(r)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def determinism(agents: int, limit: float, most: float) -> dict[str, Any]:
+    """Each system twice under a jittery policy: does the event order repeat? Only the engine can
+    also replay its episode from the record and check it event for event."""
+    import asyncio
+
+    cfg = EpisodeConfig(world=CROWD, agents=agents, org="city", time_limit=limit, max_wait=30)
+    out: dict[str, Any] = {"agents": agents, "sim_seconds": limit, "jitter_s": most}
+    runs: dict[str, list[tuple[str, float]]] = {"engine": [], "asyncio_rounds": [], "simpy": []}
+    for _ in range(2):
+        t0 = time.perf_counter()
+        _, order, ep = run_engine(cfg, Jittery(SparsePolicy(1.0), most, trio.sleep))
+        runs["engine"].append((order, time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        town = run_rounds(cfg, Jittery(SparsePolicy(1.0), most, asyncio.sleep))  # type: ignore[arg-type]
+        runs["asyncio_rounds"].append((town.digest(), time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        town = run_simpy(cfg, Jittery(SparsePolicy(1.0), most, trio.sleep))  # type: ignore[arg-type]
+        runs["simpy"].append((town.digest(), time.perf_counter() - t0))
+    for name, pair in runs.items():
+        out[name] = {
+            "digests": [d for d, _ in pair],
+            "same_order_twice": pair[0][0] == pair[1][0],
+            "wall_s": [round(w, 3) for _, w in pair],
+        }
+    out["engine"]["replay_identical"] = verify(ep) is None
+    return out
+
+
+def trio_floor(rounds: int = 50_000) -> dict[str, float]:
+    """What trio alone costs per simulated instant, nothing else: a conductor task wakes two
+    parked tasks, they park again, the last one wakes the conductor (the engine's pattern, with
+    ``wait_task_rescheduled`` and ``reschedule``), and no work in between."""
+    import outcome
+
+    async def main() -> float:
+        parked: list[Any] = []
+        state = {"runnable": 0, "conductor": None}
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        async def actor() -> None:
+            while True:
+                parked.append(trio.lowlevel.current_task())
+                state["runnable"] -= 1
+                if state["runnable"] == 0 and state["conductor"] is not None:
+                    task, state["conductor"] = state["conductor"], None
+                    trio.lowlevel.reschedule(task)
+                await trio.lowlevel.wait_task_rescheduled(abort)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                state["runnable"] += 1
+                nursery.start_soon(actor)
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                while state["runnable"]:
+                    state["conductor"] = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(abort)
+                waking = parked[:]
+                parked.clear()
+                for task in waking:
+                    state["runnable"] += 1
+                    trio.lowlevel.reschedule(task, outcome.Value(None))
+            seconds = time.perf_counter() - t0
+            nursery.cancel_scope.cancel()
+        return seconds
+
+    with _roomy_gc():
+        seconds = trio.run(main)
+    return {"instant_with_two_agents_us": seconds / rounds * 1e6}
+
+
+# -- the million ---------------------------------------------------------------------------------
+
+
+def million(agents: int, activity: float, limit: float, show: bool) -> dict[str, Any]:
+    """``agents`` resident in one process, a fraction ``activity`` of them active."""
+    need = agents * 9_000  # measured ~4.5 KB per idle agent, with room for the first batch
+    if available_memory() < need:
+        raise SystemExit(
+            f"--million: {agents} agents need about {need / 2**30:.1f} GiB, "
+            f"only {available_memory() / 2**30:.1f} GiB is available"
+        )
+    cfg = EpisodeConfig(world=CROWD, agents=agents, org="city", time_limit=limit, max_wait=30)
+    samples: list[tuple[float, float, int]] = []  # (wall seconds, simulated seconds, rss)
+
+    def at_batch(t: float) -> None:
+        samples.append((time.perf_counter() - wall0, t, rss()))
+        if bar is not None:
+            bar.update(int(min(t, limit)) - bar.n)
+
+    probe = Probe(SparsePolicy(activity, pinned=1), at_batch)
+    conductor = Conductor(probe)
+    bar = tqdm(total=int(limit), desc=f"{agents:,} agents", unit="sim s") if show else None
+    gc.collect()
+    base = rss()
+    with GcClock() as gc_clock:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        ep = trio.run(lambda: conductor.play([cfg]))[0]
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    if bar is not None:
+        bar.close()
+    peak = peak_rss()
+    # The steady state: from the first batch after every idle agent has parked (their answers
+    # land within two simulated seconds) to the last batch.
+    settle = next((s for s in samples if s[1] >= 10.0), samples[-1])
+    last = samples[-1]
+    steady_wall = last[0] - settle[0]
+    steady_events = sum(1 for e in ep.events if settle[1] <= e.t < last[1])
+    return {
+        "agents": agents,
+        "activity": activity,
+        "active_agents": sum(1 for a in range(agents) if probe.inner.active(a)),
+        "sim_seconds": ep.duration,
+        "end": ep.end,
+        "turns": ep.stats.turns,
+        "events": len(ep.events),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "gc_s": gc_clock.seconds,
+        "policy_s": conductor.batch_stats.policy_seconds,
+        "first_batch_wall_s": samples[0][0] if samples else math.nan,
+        "after_last_batch_wall_s": wall - last[0],  # the end: cancelling every agent's task
+        "resident_rss_per_agent": (settle[2] - base) / agents,
+        "peak_rss_per_agent": (peak - base) / agents,
+        "steady_sim_seconds": last[1] - settle[1],
+        "steady_wall_s": steady_wall,
+        "steady_events": steady_events,
+        "steady_events_per_s": steady_events / steady_wall if steady_wall > 0 else math.nan,
+        "events_per_s": len(ep.events) / wall,
+        "turns_per_s": ep.stats.turns / wall,
+        "samples": [
+            [round(w, 3), round(t, 3), r] for w, t, r in samples[:: max(1, len(samples) // 400)]
+        ],
+    }
+
+
+# -- plots -------------------------------------------------------------------------------------
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _plt()
+    dense = [r for r in rows if not r["idle"]]
+    idle = [r for r in rows if r["idle"]]
+    n = [r["agents"] for r in dense]
+    fig, ax = plt.subplots(2, 2, figsize=(11, 8))
+    a = ax[0][0]
+    a.plot(n, [r["turns_per_s"] for r in dense], "o-", label="agent-turns / s")
+    a.plot(n, [r["events_per_s"] for r in dense], "s-", label="events / s")
+    a.set(xscale="log", yscale="log", xlabel="agents", title="throughput (wall clock)")
+    a.legend()
+    a = ax[0][1]
+    a.plot(n, [r["overhead_us_per_turn"] for r in dense], "o-", label="engine overhead")
+    a.axhline(50, color="r", ls="--", label="target: 50 µs at 10,000 agents")
+    a.set(xscale="log", xlabel="agents", ylabel="µs per agent-turn", title="engine overhead")
+    a.set_ylim(bottom=0)
+    a.legend()
+    a = ax[1][0]
+    a.plot(
+        [r["agents"] for r in idle],
+        [r["idle_rss_per_agent"] / 1024 for r in idle],
+        "s-",
+        label="per idle agent (resident)",
+    )
+    a.plot(
+        n,
+        [r["peak_rss_growth_per_turn"] / 1024 for r in dense],
+        "o-",
+        label="per agent-turn of a dense run (peak / turns: its record)",
+    )
+    a.axhline(5, color="r", ls="--", label="target: 5 KB per idle agent")
+    a.set(xscale="log", xlabel="agents", ylabel="KB", title="memory (growth of the resident set)")
+    a.set_ylim(bottom=0)
+    a.legend(fontsize=8)
+    a = ax[1][1]
+    a.plot(n, [r["batch_mean"] for r in dense], "o-", label="mean policy batch")
+    a.plot(n, [r["thinking_mean"] for r in dense], "x--", label="mean agents starting to think")
+    a.plot(n, [r["in_flight_mean"] for r in dense], "^:", label="mean agents mid-thought")
+    a.set(xscale="log", yscale="log", xlabel="agents", title="batching (dense run)")
+    a.legend()
+    fig.suptitle("collective engine: random policy in the Crowd world, city organisation")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_comparison(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(12, 5))
+    width = 0.2
+    for i, (key, (label, _)) in enumerate(SYSTEMS.items()):
+        xs = [j + (i - 1.5) * width for j, r in enumerate(rows) if key in r]
+        ys = [r[key]["turns_per_s"] for r in rows if key in r]
+        ax.bar(xs, ys, width, label=label)
+    top = max(r[k]["turns_per_s"] for r in rows for k in SYSTEMS if k in r)
+    for j, r in enumerate(rows):
+        note = [f"×{r['engine_over_asyncio_rounds']:.2f} asyncio"]
+        if "engine_over_asyncio_rounds_fine" in r:
+            note.append(f"×{r['engine_over_asyncio_rounds_fine']:.2f} asyncio 0.25 s")
+        note.append(f"×{r['engine_over_simpy']:.2f} SimPy")
+        ax.text(j, top * 1.6, "\n".join(note), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(
+        range(len(rows)), [f"{r['agents']:,} agents\nactivity {r['activity']:g}" for r in rows]
+    )
+    ax.set(yscale="log", ylabel="agent-turns / s (wall clock)")
+    ax.set_ylim(top=top * 8)
+    ax.set_title(
+        "same world, policy and primitives: this engine vs asyncio rounds vs SimPy "
+        "(engine's ratio to each above)"
+    )
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_million(result: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    s = result["samples"]
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    ax[0].plot([w for w, _, _ in s], [r / result["agents"] / 1024 for _, _, r in s])
+    ax[0].set(
+        xlabel="wall seconds (from the first policy batch)",
+        ylabel="KB per agent",
+        title="the process's resident set / agents",
+    )
+    ax[1].plot([w for w, _, _ in s], [t for _, t, _ in s])
+    ax[1].set(
+        xlabel="wall seconds (from the first policy batch)",
+        ylabel="simulated seconds",
+        title="simulated clock",
+    )
+    fig.suptitle(
+        f"{result['agents']:,} resident agents, {result['active_agents']:,} active: "
+        f"{result['resident_rss_per_agent'] / 1024:.2f} KB each, "
+        f"{result['steady_events_per_s']:,.0f} events/s in steady state"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def write(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def report_sweep(rows: list[dict[str, Any]]) -> None:
+    print(
+        "agents   turns/s  events/s  overhead µs/turn  peak KB/agent  idle KB/agent  "
+        "batch  thinking  one-batch"
+    )
+    idle = {r["agents"]: r for r in rows if r["idle"]}
+    for r in rows:
+        if r["idle"]:
+            continue
+        i = idle.get(r["agents"], {})
+        print(
+            f"{r['agents']:>7,} {r['turns_per_s']:>9,.0f} {r['events_per_s']:>9,.0f} "
+            f"{r['overhead_us_per_turn']:>17.1f} {r['peak_rss_growth_per_agent'] / 1024:>14.2f} "
+            f"{i.get('idle_rss_per_agent', math.nan) / 1024:>14.2f} {r['batch_mean']:>6.2f} "
+            f"{r['thinking_mean']:>9.2f} {r['instants_in_one_batch']:>9.1%}"
+        )
+
+
+def report_comparison(rows: list[dict[str, Any]]) -> None:
+    print(
+        "agents  activity  engine t/s  asyncio t/s  (0.25 s)  simpy t/s  engine/asyncio  "
+        "(0.25 s)  engine/simpy  same order every run (e/a/s)"
+    )
+    for r in rows:
+        same = "/".join(
+            "yes" if r[k]["same_order_every_run"] else "NO"
+            for k in ("engine", "asyncio_rounds", "simpy")
+        )
+        fine = r.get("asyncio_rounds_fine", {}).get("turns_per_s", math.nan)
+        fine_ratio = r.get("engine_over_asyncio_rounds_fine", math.nan)
+        print(
+            f"{r['agents']:>6,} {r['activity']:>9g} {r['engine']['turns_per_s']:>11,.0f} "
+            f"{r['asyncio_rounds']['turns_per_s']:>12,.0f} {fine:>9,.0f} "
+            f"{r['simpy']['turns_per_s']:>10,.0f} {r['engine_over_asyncio_rounds']:>15.2f} "
+            f"{fine_ratio:>9.2f} {r['engine_over_simpy']:>13.2f}  {same}"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a short version (~15 s)")
+    p.add_argument("--million", action="store_true", help="1,000,000 resident agents")
+    p.add_argument("--out", type=Path, default=None, help="where the engine figures go")
+    p.add_argument("--city-out", type=Path, default=None, help="where the issue-7 figures go")
+    p.add_argument("--agents", default=None, help="sweep sizes, e.g. 10,100,1000")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--replot", action="store_true", help="redraw the PNGs from the JSON files")
+    # one sweep point, run by the sweep in a fresh process
+    p.add_argument("--point", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--turns", type=int, default=100_000, help=argparse.SUPPRESS)
+    p.add_argument("--idle", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    show = not a.quiet
+    if a.point is not None:
+        print(json.dumps(run_point(a.point, a.turns, a.idle, show)))
+        return 0
+    engine_dir = a.out or (RESULTS / "engine" / ("quick" if a.quick else ""))
+    city_dir = a.city_out or (engine_dir / "city" if a.quick else RESULTS / "city")
+    if a.replot:
+        for d in (engine_dir, city_dir):
+            if (d / "engine.json").exists():
+                plot_sweep(json.loads((d / "engine.json").read_text())["sweep"], d / "engine.png")
+            if (d / "comparison.json").exists():
+                rows = json.loads((d / "comparison.json").read_text())["comparison"]
+                plot_comparison(rows, d / "comparison.png")
+            if (d / "million.json").exists():
+                plot_million(json.loads((d / "million.json").read_text()), d / "million.png")
+        return 0
+    env = environment()
+
+    if a.million:
+        result = million(1_000_000, activity=0.001, limit=600.0, show=show)
+        result["environment"] = {**env, "load_after": load()}
+        for d in (engine_dir, city_dir):
+            write(result, d / "million.json")
+            plot_million(result, d / "million.png")
+        print(
+            f"{result['agents']:,} agents ({result['active_agents']:,} active): "
+            f"{result['resident_rss_per_agent']:,.0f} B resident per agent, "
+            f"{result['peak_rss_per_agent']:,.0f} B peak per agent; "
+            f"{result['steady_events_per_s']:,.0f} events/s in steady state, "
+            f"{result['events_per_s']:,.0f} events/s over the whole run "
+            f"({result['wall_s']:.0f} s wall, first batch of every agent after "
+            f"{result['first_batch_wall_s']:.0f} s)"
+        )
+        return 0
+
+    if a.quick:
+        sizes, turns, sweep_repeats = [10, 100, 1000], 4_000, 1
+        cmp_sizes, activities, cmp_turns, repeats = [300], [1.0, 0.1], 3_000, 2
+        jitter = (30, 20.0, 0.001)
+    else:
+        sizes, turns, sweep_repeats = [10, 100, 1_000, 10_000, 100_000], 100_000, 2
+        cmp_sizes, activities, cmp_turns, repeats = [1_000, 10_000], [1.0, 0.1, 0.01], 60_000, 3
+        jitter = (100, 30.0, 0.002)
+    if a.agents:
+        sizes = [int(x) for x in a.agents.split(",")]
+
+    rows = sweep(sizes, turns, sweep_repeats, show)
+    report_sweep(rows)
+    write({"environment": {**env, "load_after": load()}, "sweep": rows}, engine_dir / "engine.json")
+    plot_sweep(rows, engine_dir / "engine.png")
+
+    comparison = compare(cmp_sizes, activities, cmp_turns, repeats, show)
+    report_comparison(comparison)
+    det = determinism(*jitter)
+    floor = trio_floor()
+    print(
+        f"trio alone, one instant waking two agents: {floor['instant_with_two_agents_us']:.1f} µs"
+    )
+    print(
+        "jittery policy, same order twice: "
+        + ", ".join(
+            f"{k} {'yes' if det[k]['same_order_twice'] else 'NO'}"
+            for k in ("engine", "asyncio_rounds", "simpy")
+        )
+        + f"; engine replay identical: {det['engine']['replay_identical']}"
+    )
+    result = {
+        "environment": {**env, "load_after": load()},
+        "comparison": comparison,
+        "determinism": det,
+        "trio_floor": floor,
+    }
+    for d in (engine_dir, city_dir):
+        write(result, d / "comparison.json")
+        plot_comparison(comparison, d / "comparison.png")
+    print(f"wrote {engine_dir} and {city_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
