@@ -45,6 +45,7 @@ class Actor:
         "id",
         "inbox",
         "local",
+        "missed",
         "parked",
         "policy",
         "read_ids",
@@ -73,6 +74,7 @@ class Actor:
         self.task = None
         self.request: tuple[int, object] | None = None
         self.read_ids: tuple[int, ...] = ()
+        self.missed = 0  # channel posts rolled past before this agent could see them
         self.turn_record: Turn | None = None
         self.waiting = False
         self.wait_token = 0
@@ -135,7 +137,7 @@ class Actor:
             if channel is None or channel.next_seq == self.cursors.get(name, 0):
                 continue
             posts, self.cursors[name], missed = channel.since(self.cursors.get(name, 0), NEWS_LIMIT)
-            self.ep.stats.missed_posts += missed  # a sum: the order actors run in cannot matter
+            self.missed += missed  # counted by the conductor with the next request
             mine = [p for p in posts if p.sender != self.id]
             if mine:
                 lines.append(f"#{name}: " + " | ".join(f"[{p.sender}] {p.text}" for p in mine))

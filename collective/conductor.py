@@ -164,6 +164,26 @@ class Conductor:
                     await nursery.start(ep.host)
                     live.append(ep)
 
+            async def retire() -> None:
+                for ep in [ep for ep in live if ep.ended]:
+                    live.remove(ep)
+                    record = ep.record()
+                    log.debug(
+                        "episode ended",
+                        world=ep.cfg.world,
+                        reason=ep.end_reason,
+                        score=ep.final_score,
+                        t=ep.now,
+                        events=len(ep.events),
+                    )
+                    if emit is None:
+                        done.append(record)
+                    else:
+                        result = emit(record)
+                        if result is not None:
+                            await result
+
+            thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]] = []
             while True:
                 await admit()
                 if not live:
@@ -171,33 +191,25 @@ class Conductor:
                         break
                     continue
                 await self._quiescence()
-                thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]] = []
                 for ep in live:
                     ep.start_requests(thinks)
+                # Settle every episode's current instant before asking the policy: actors
+                # resumed there may think too, and everyone thinking at an instant is one batch.
+                settling = [ep for ep in live if ep.next_due() == ep.now]
+                if settling:
+                    for ep in settling:
+                        await ep.advance()
+                    await retire()
+                    continue
+                thinks = [item for item in thinks if not item[0].ended]
                 if thinks:
                     await self._think(thinks)
+                    thinks = []
                 if any(ep.cfg.clock == "real" for ep in live):
                     await self._sleep_until_due(live)
                 for ep in live:
                     await ep.advance()
-                if any(ep.ended for ep in live):
-                    for ep in [ep for ep in live if ep.ended]:
-                        live.remove(ep)
-                        record = ep.record()
-                        log.debug(
-                            "episode ended",
-                            world=ep.cfg.world,
-                            reason=ep.end_reason,
-                            score=ep.final_score,
-                            t=ep.now,
-                            events=len(ep.events),
-                        )
-                        if emit is None:
-                            done.append(record)
-                        else:
-                            result = emit(record)
-                            if result is not None:
-                                await result
+                await retire()
         return done
 
     async def _think(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:

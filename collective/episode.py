@@ -249,6 +249,8 @@ class LiveEpisode:
                     Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
                 )
                 self.stats.read += len(actor.read_ids)
+                self.stats.missed_posts += actor.missed
+                actor.missed = 0
                 thinks.append((self, actor, req))
             else:
                 self._begin(actor, payload)  # type: ignore[arg-type]
@@ -261,7 +263,7 @@ class LiveEpisode:
         elif self.cfg.clock == "real":
             at = max(self.now, trio.current_time() - self.t0_wall)
         else:
-            at = self.now + self.cfg.latency.seconds(resp.prompt_tokens, len(resp.token_ids))
+            at = self.cfg.latency.answer_at(self.now, resp.prompt_tokens, len(resp.token_ids))
         self._schedule(at, RESPOND, actor.id, (actor, req, resp))
 
     def _begin(self, actor: Actor, text: str) -> None:

@@ -156,9 +156,9 @@ def test_flat_advantage_is_shared_by_every_token_of_a_rollout() -> None:
     i = 0
     for ep, a in zip(episodes, returns - returns.mean(), strict=True):
         n = sum(1 for t in ep.turns if t.token_ids)
-        assert {s.advantage for s in samples[i : i + n]} == {pytest.approx(a)}
+        assert n and all(s.advantage == pytest.approx(a) for s in samples[i : i + n])
         i += n
-    assert sum(s.advantage * 0 + 1 for s in samples) == i
+    assert len(samples) == i
 
 
 @pytest.mark.timeout(300)
