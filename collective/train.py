@@ -295,6 +295,7 @@ class Learner:
                 [s.tokens for s in chunk],
                 [s.space for s in chunk],
                 cfg.temperature,
+                **self.logprob_kwargs,
             )
             new_logp = torch.cat(new)
             ent = torch.cat(entropy)
@@ -323,6 +324,7 @@ class Learner:
                         [s.tokens for s in chunk],
                         [s.space for s in chunk],
                         cfg.temperature,
+                        **self.logprob_kwargs,
                     )
                 diff = torch.cat(ref) - new_logp
                 kl = torch.exp(diff) - diff - 1

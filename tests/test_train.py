@@ -238,3 +238,32 @@ def test_the_command_line_trains_resumes_and_plots(tmp_path: Path) -> None:
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_the_learner_sees_the_distribution_that_sampled(tmp_path: Path) -> None:
+    """Before any update the learner's weights are the behaviour policy's: every importance
+    ratio must be 1 and nothing clipped. (Recomputing under another mask or length budget than
+    sampling used would show here as ratios away from 1.)"""
+    from collective.backend import TinyBackend
+    from collective.train import Learner
+
+    cfg = _cfg(max_output_tokens=10, team_sizes=(3,))
+    backend = TinyBackend(cfg)
+    model = backend.fresh()
+    configs = [
+        EpisodeConfig(
+            world="tally",
+            agents=3,
+            world_seed=2,
+            sample_seed=i,
+            time_limit=60,
+            params={"target": 12},
+            max_output_tokens=10,
+        )
+        for i in range(3)
+    ]
+    episodes = run_episodes(configs, TinyPolicy(model))
+    samples, _, _ = step_samples(cfg, 0, [episodes], (0.0, 0))
+    stats = Learner(model, cfg, backend.logprob_kwargs()).step(samples)
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["clip_fraction"] == 0.0
