@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import time
 import tomllib
 from collections.abc import Sequence
@@ -82,6 +81,9 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     concurrency: int = 32  # episodes in flight at once
     channel_capacity: int = 64  # finished episodes buffered on their way to the learner
     # -- the policy -------------------------------------------------------------------------
+    backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face model served by SGLang (GPU)
+    hf_model: str = ""  # backend = "hf": a local model directory to start from
+    hf_server: str = ""  # backend = "hf": "sglang:URL" or "sglang:launch" (serves hf_model)
     model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(d_model=96, context=192))
     init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
     temperature: float = 1.0
@@ -393,8 +395,11 @@ class GroupSource:
     """Issues the episodes of groups in order, each only once the policy version it is pinned to
     exists: group g belongs to step g // B and may use weights ``lag`` versions older."""
 
-    def __init__(self, cfg: TrainConfig, first_group: int, have: set[tuple[int, int]]) -> None:
+    def __init__(
+        self, cfg: TrainConfig, first_group: int, have: set[tuple[int, int]], pin: bool = True
+    ) -> None:
         self.cfg = cfg
+        self.pin = pin  # False: the server holds one version; episodes take whatever it has
         self.group, self.member = first_group, 0
         self.have = have  # (group, member) already on disk: not run again
         self.latest = first_group // cfg.groups_per_step  # newest version the learner published
@@ -425,7 +430,10 @@ class GroupSource:
         self._skip_done()
         if self._exhausted() or self.latest < self._needs():
             return None
-        version = self._needs() if self.cfg.sync == "pinned" else self.latest
+        if not self.pin:
+            version = -1
+        else:
+            version = self._needs() if self.cfg.sync == "pinned" else self.latest
         ep = team_config(self.cfg, self.group, self.member, version)
         self.issued[ep.sample_seed] = (self.group, self.member)
         self._advance()
@@ -653,7 +661,7 @@ def train(
 
     ``stop_after`` ends the run after that many steps of this invocation (tests use it to
     simulate an interruption). Returns the metrics of the steps run now."""
-    from collective.backend import TinyBackend
+    from collective.backend import make_backend
 
     run_dir = Path(run_dir)
     if resume:
@@ -669,11 +677,12 @@ def train(
     # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and
     # a reduction's order (hence its last bits) cannot depend on how the two happen to overlap.
     torch.set_num_threads(1)
-    backend = TinyBackend(cfg)
+    backend = make_backend(cfg, run_dir)
     model = backend.fresh() if not cfg.init else backend.load(cfg.init)
     learner = Learner(model, cfg, backend.logprob_kwargs())
     state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
-    serving_weights: dict[int, Any] = {0: backend.weights(model)}
+    # The weights of every version rollouts may still use (pinned backends only).
+    serving_weights: dict[int, Any] = {0: backend.weights(model)} if backend.pinned else {}
     state_path = run_dir / "checkpoints" / "train-state.pt"
     if resume and state_path.exists():
         saved = torch.load(state_path, weights_only=False)
@@ -713,11 +722,9 @@ async def _train(
         g, i = int(path.name[1:7]), int(path.name[9:11])
         if g >= first_group:
             on_disk[(g, i)] = path
-    serving = VersionedPolicy()
-    for v, weights in sorted(serving_weights.items()):
-        serving.publish(v, backend.serving(weights, v), keep=cfg.lag)
-    source = GroupSource(cfg, first_group, set(on_disk))
-    source.latest = max(serving_weights)
+    serving = await backend.serve(model, serving_weights)
+    source = GroupSource(cfg, first_group, set(on_disk), pin=backend.pinned)
+    source.latest = state.step
     conductor = Conductor(serving)
     send, recv = trio.open_memory_channel[tuple[int, int, Episode]](cfg.channel_capacity)
     buffer: dict[tuple[int, int], Episode] = {key: load_episode(p) for key, p in on_disk.items()}
@@ -754,11 +761,12 @@ async def _train(
             state.useful_sum, state.useful_n = m.pop("_useful_so_far")
             stats = await trio.to_thread.run_sync(learner.step, samples)
             version = step + 1
-            weights = backend.weights(model)
-            serving_weights[version] = weights
-            for v in [v for v in serving_weights if v < version - cfg.lag]:
-                del serving_weights[v]
-            serving.publish(version, backend.serving(weights, version), keep=cfg.lag)
+            weights = backend.weights(model) if backend.pinned else {}
+            if backend.pinned:
+                serving_weights[version] = weights
+                for v in [v for v in serving_weights if v < version - cfg.lag]:
+                    del serving_weights[v]
+            await backend.publish(model, version, weights)
             source.publish(version)
             batches = conductor.batch_stats
             metrics = StepMetrics(
@@ -793,6 +801,7 @@ async def _train(
                 break
         nursery.cancel_scope.cancel()
     bar.close()
+    await backend.aclose()
     if cfg.plots:
         from collective.plots import plot_run
 
@@ -809,12 +818,12 @@ def _checkpoint(
     state: TrainState,
     serving_weights: dict[int, Any],
 ) -> None:
-    """``latest.pt`` (a tiny-policy checkpoint, usable with ``--policy tiny:PATH``), a snapshot
-    every ``snapshot_every`` steps, and ``train-state.pt`` for resuming: written atomically."""
+    """The backend's ``latest`` checkpoint (tiny: ``latest.pt``, usable with ``--policy
+    tiny:PATH``), a snapshot every ``snapshot_every`` steps, and ``train-state.pt`` for
+    resuming; each written atomically."""
     ckpt = run_dir / "checkpoints"
-    backend.save(model, ckpt / "latest.pt")
-    if state.step % cfg.snapshot_every == 0 or state.step == cfg.steps:
-        shutil.copyfile(ckpt / "latest.pt", ckpt / f"step-{state.step:06d}.pt")
+    snap = state.step % cfg.snapshot_every == 0 or state.step == cfg.steps
+    backend.checkpoint(model, ckpt, f"step-{state.step:06d}" if snap else None)
     tmp = ckpt / "train-state.pt.tmp"
     torch.save(
         {

@@ -133,12 +133,12 @@ class HFModel:
         return lps, ents
 
     def save(self, directory: str | Path) -> Path:
-        """Bump the version, then write the weights (safetensors), config, tokenizer and version
-        to ``directory``, the layout SGLang's ``/update_weights_from_disk`` loads; return it.
-        Pass the directory and :attr:`version` to :meth:`SGLangPolicy.update_weights`."""
+        """Write the weights (safetensors), config, tokenizer and :attr:`version` to
+        ``directory``, the layout SGLang's ``/update_weights_from_disk`` loads; return it. Pass
+        the directory and :attr:`version` to :meth:`SGLangPolicy.update_weights`. (The learner
+        bumps the version after each optimiser step, as it does for the tiny model.)"""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.version += 1
         self.model.save_pretrained(str(directory), safe_serialization=True)
         self.tokenizer.save_pretrained(str(directory))
         (directory / VERSION_FILE).write_text(json.dumps({"version": self.version}) + "\n")

@@ -101,6 +101,7 @@ def test_a_step_moves_the_sampled_tokens_the_advantages_way_and_survives_a_reloa
     opt.zero_grad()
     loss.backward()
     opt.step()
+    model.version += 1  # what the learner does after every step
     trained = total_logprobs(model, outputs)
 
     path = model.save(tmp_path / "step-1")

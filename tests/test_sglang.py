@@ -140,7 +140,7 @@ def test_weight_sync_pauses_updates_continues_and_bumps_the_version(fake, tmp_pa
 
 def test_weights_saved_by_the_hf_learner_load_into_the_server(fake, model_dir, tmp_path):
     tokenizer = make_tokenizer()
-    model = HFModel(make_model(tokenizer), tokenizer, version=0)
+    model = HFModel(make_model(tokenizer), tokenizer, version=1)
     policy = client(fake.url)
     path = model.save(tmp_path / "v1")
     trio.run(policy.update_weights, path, model.version)
@@ -331,3 +331,47 @@ def test_launch_without_sglang_installed_says_so(model_dir):
         pytest.skip("sglang is installed here")
     with pytest.raises(PolicyError, match="not installed"):
         make_policy(f"sglang:launch:{model_dir}")
+
+
+def test_rlcr_on_the_hf_backend_sends_every_new_version_to_the_server(fake, tmp_path):
+    """The RLCR loop with a Hugging Face model served by SGLang, end to end, as far as this
+    machine allows: the stand-in server samples (its logprobs are stand-ins, so this checks the
+    plumbing, not learning): each learner step writes the weights where the server loads them,
+    pauses, loads, continues, and tokens sampled afterwards carry the new version."""
+    from collective.train import TrainConfig, read_metrics, train
+
+    tokenizer = make_tokenizer()
+    start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path / "start")
+    cfg = TrainConfig(
+        backend="hf",
+        hf_model=str(start),
+        hf_server=f"sglang:{fake.url}",
+        world="tally",
+        params={"target": 12},
+        team_sizes=(2,),
+        groups_per_step=1,
+        group_size=2,
+        steps=3,
+        time_limit_start=30.0,
+        time_limit_end=30.0,
+        max_output_tokens=16,
+        concurrency=2,
+        plots=False,
+    )
+    rows = train(cfg, tmp_path / "run", progress=False)
+    assert [r.version for r in rows] == [1, 2, 3]
+    updates = fake.posts("/update_weights_from_disk")
+    assert [u["weight_version"] for u in updates] == ["1", "2", "3"]
+    assert all(
+        Path(u["model_path"]).parent == tmp_path / "run" / "checkpoints" / "served" for u in updates
+    )
+    calls = [path for path, _ in fake.log if path not in ("/generate", "/get_model_info")]
+    assert calls[:3] == ["/pause_generation", "/update_weights_from_disk", "/continue_generation"]
+    versions = {
+        t.version
+        for p in (tmp_path / "run" / "episodes").glob("*.msgpack")
+        for t in load_episode(p).turns
+    }
+    assert versions <= {0, 1, 2, 3} and 0 in versions and len(versions) > 1
+    assert (tmp_path / "run" / "checkpoints" / "latest" / "config.json").is_file()
+    assert len(read_metrics(tmp_path / "run")) == 3
