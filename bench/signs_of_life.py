@@ -188,6 +188,7 @@ def team_episode(
     ``ceo`` organisation, a team of ``team`` otherwise."""
     agents, budget = (1, team - 1) if cfg.org == "ceo" else (team, 0)
     return EpisodeConfig(
+        world_agents=team if cfg.org == "ceo" else 0,
         world=cfg.world,
         params=dict(cfg.params),
         org=cfg.org,

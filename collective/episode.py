@@ -103,9 +103,14 @@ class LiveEpisode:
         sizes = self.org.groups(cfg.agents)
         if sum(sizes) != cfg.agents or min(sizes) < 1:
             raise ValueError(f"organisation {cfg.org!r} split {cfg.agents} agents into {sizes}")
+        world_sizes = sizes
+        if cfg.world_agents:
+            if len(sizes) != 1:
+                raise ValueError(f"world_agents needs a one-group organisation, not {cfg.org!r}")
+            world_sizes = [cfg.world_agents]  # sized for the team it may grow into by hiring
         self.worlds: list[World] = [
             make_world(cfg.world, n, self.org.variant_seed(g, cfg.world_seed), cfg.params)
-            for g, n in enumerate(sizes)
+            for g, n in enumerate(world_sizes)
         ]
         self.now = 0.0
         self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0

@@ -167,6 +167,7 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     world: str = "tally"  # built-in name, "path/file.py:Class" or "package.module:Class"
     params: dict[str, Any] = {}  # keyword arguments of the world's constructor
     agents: int = 3
+    world_agents: int = 0  # size the task for this many agents (0: `agents`); e.g. a CEO's team
     world_seed: int = 0  # the task instance: a group shares it
     sample_seed: int = 0  # the agents' sampling streams: differs within a group
     time_limit: float = 600.0  # T_max, simulated seconds
@@ -190,6 +191,7 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         checks = [
             (self.agents >= 1, "agents must be >= 1"),
+            (self.world_agents >= 0, "world_agents must be >= 0"),
             (self.time_limit > 0, "time_limit must be > 0"),
             (self.budget >= 0, "budget must be >= 0"),
             (self.mailbox >= 1, "mailbox must be >= 1"),

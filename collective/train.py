@@ -374,6 +374,7 @@ def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> Epis
         world=cfg.world,
         params=dict(cfg.params),
         agents=agents,
+        world_agents=team if cfg.org == "ceo" else 0,  # a CEO's task is sized for its team
         budget=budget,
         org=cfg.org,
         world_seed=derive(cfg.seed, group) >> 33,

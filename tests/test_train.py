@@ -196,18 +196,16 @@ def test_the_command_line_trains_resumes_and_plots(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cli = [sys.executable, "-m", "collective.cli"]
     quick = str(ROOT / "configs" / "quick.toml")
-    sets = [
-        "--set",
+    # The guide's own example world (docs/writing-a-world.md), trained as the guide says.
+    overrides = [
         "steps=2",
-        "--set",
         "groups_per_step=1",
-        "--set",
         "group_size=2",
-        "--set",
         "team_sizes=[2]",
-        "--set",
         "plots=false",
+        f"world={ROOT / 'examples' / 'garden.py'}:Garden",
     ]
+    sets = [arg for kv in overrides for arg in ("--set", kv)]
     r = subprocess.run(
         [*cli, "train", quick, "--out", str(run), *sets, "--quiet"],
         capture_output=True,
