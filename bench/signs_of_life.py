@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from collective import EpisodeConfig, run_episodes  # noqa: E402
-from collective.train import TrainConfig, load_config, read_metrics, train  # noqa: E402
+from collective.train import TrainConfig, bucket, load_config, read_metrics, train  # noqa: E402
 from policy.latency import latency_preset  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
 
@@ -136,7 +136,7 @@ def latency_study(run: Path, seeds: int, team: int) -> dict[str, Any]:
     collective = run_episodes(team_cfgs, TinyPolicy(model), concurrency=seeds)
     # The solo agent may run until it has spent what the whole collective spent.
     horizon = t_max * team * 2
-    solo_cfgs = [team_episode(cfg, 1, 50_000 + s, s, horizon) for s in range(seeds)]
+    solo_cfgs = [team_episode(cfg, 1, 50_000 + s, s, horizon, task=team) for s in range(seeds)]
     solos = run_episodes(solo_cfgs, TinyPolicy(model), concurrency=seeds)
     grid = np.linspace(0, horizon, 400)
     team_curves, solo_curves, budgets, cut = [], [], [], []
@@ -182,17 +182,23 @@ def latency_study(run: Path, seeds: int, team: int) -> dict[str, Any]:
 
 
 def team_episode(
-    cfg: TrainConfig, team: int, world_seed: int, sample_seed: int, time_limit: float
+    cfg: TrainConfig,
+    team: int,
+    world_seed: int,
+    sample_seed: int,
+    time_limit: float,
+    task: int = 0,
 ) -> EpisodeConfig:
     """An evaluation episode shaped like training's: a CEO hiring up to team - 1 under the
-    ``ceo`` organisation, a team of ``team`` otherwise."""
+    ``ceo`` organisation, a team of ``team`` otherwise; the task is sized for ``task`` agents
+    (default: the team), so a solo agent can be given the collective's task."""
     agents, budget = (1, team - 1) if cfg.org == "ceo" else (team, 0)
     return EpisodeConfig(
-        world_agents=team if cfg.org == "ceo" else 0,
         world=cfg.world,
         params=dict(cfg.params),
         org=cfg.org,
         agents=agents,
+        world_agents=task or team if (cfg.org == "ceo" or task) else 0,
         budget=budget,
         world_seed=world_seed,
         sample_seed=sample_seed,
@@ -201,6 +207,36 @@ def team_episode(
         latency=latency_preset(cfg.latency),
         policy="trained",
     )
+
+
+# -- 1, measured cleanly: useful work by team size before and after training --------------------
+
+
+def useful_work(run: Path, seeds: int) -> dict[str, dict[str, float]]:
+    """Useful tokens per rollout by team size, relative to the average rollout of the same
+    evaluation, for the untrained and the trained policy on the same held-out instances. (The
+    training curve shows the same measure step by step, but one group per team size and step
+    makes it noisy; this is the steady version of its two ends.)"""
+    from policy.tiny import TinyModel
+
+    cfg = load_config(run / "config.toml")
+    out = {}
+    for name, model in (
+        ("untrained", TinyModel.fresh(cfg.model)),
+        ("trained", TinyModel.load(run / "checkpoints" / "latest.pt")),
+    ):
+        per_team: dict[str, list[int]] = {}
+        for team in cfg.team_sizes:
+            cfgs = [
+                team_episode(cfg, team, 70_000 + s, s, cfg.time_limit_end) for s in range(seeds)
+            ]
+            episodes = run_episodes(cfgs, TinyPolicy(model), concurrency=seeds)
+            per_team[bucket(team)] = per_team.get(bucket(team), []) + [
+                e.stats.world_tokens for e in episodes
+            ]
+        average = float(np.mean([x for v in per_team.values() for x in v]))
+        out[name] = {b: float(np.mean(v)) / average for b, v in per_team.items()}
+    return out
 
 
 # -- 4. held-out evaluation of each run --------------------------------------------------------
@@ -313,25 +349,34 @@ def plots(
 
 
 def verdicts(
-    runs: dict[str, Path], latency: dict[str, Any] | None, evals: dict[str, dict[str, float]]
+    runs: dict[str, Path],
+    latency: dict[str, Any] | None,
+    evals: dict[str, dict[str, float]],
+    useful: dict[str, dict[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each reference finding, with the measured figure and whether it reproduced in kind."""
     main = read_metrics(runs["workshop"])
-    k = max(1, len(main) // 5)
+    first = max(1, len(main) // 20)  # "starts": the first 5% of training
+    k = max(1, len(main) // 5)  # "reaches": the last 20%
     big = [m.useful_rel.get("5-8") for m in main]
     big = [b for b in big if b is not None]
-    start, end = float(np.mean(big[:k])), float(np.mean(big[-k:]))
+    start, end = float(np.mean(big[:first])), float(np.mean(big[-k:]))
+    where_start = f"over the first {first} training steps"
+    where_end = f"over the last {k} training steps"
+    if useful and "5-8" in useful["untrained"]:
+        start, end = useful["untrained"]["5-8"], useful["trained"]["5-8"]
+        where_start = where_end = "on held-out instances"
     comm = [m.comm_tokens_per_hour for m in main]
     c0, c1 = float(np.mean(comm[:k])), float(np.mean(comm[-k:]))
     out = [
         {
             "finding": "a team of 5-8 starts below the average rollout in useful work",
-            "measured": f"{start:.2f} x average over the first {k} steps",
+            "measured": f"{start:.2f} x average, untrained, {where_start}",
             "reproduced": bool(start < 1.0),
         },
         {
             "finding": "... and reaches about twice the average",
-            "measured": f"{end:.2f} x average over the last {k} steps",
+            "measured": f"{end:.2f} x average, trained, {where_end}",
             "reproduced": bool(end >= 1.6),
         },
         {
@@ -345,7 +390,12 @@ def verdicts(
         out.append(
             {
                 "finding": "a solo agent with the same token budget needs ~4x as long",
-                "measured": "never reached the collective's score"
+                "measured": (
+                    f"never reached the collective's {latency['collective_final_score']:.2f} "
+                    f"within the budget: it was spent by {latency['solo_stopped_at_mean']:.0f} s, "
+                    f"{latency['solo_stopped_at_mean'] / latency['t_max']:.1f}x the collective's "
+                    f"{latency['t_max']:.0f} s, at score {latency['solo_final_score']:.2f}"
+                )
                 if ratio is None
                 else f"{ratio:.1f}x as long",
                 "reproduced": bool(ratio is None or ratio >= 2.5),
@@ -417,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = 3 if a.quick else 12
     latency = latency_study(runs["workshop"], seeds, team=8) if "workshop" in runs else None
     evals = {name: evaluate(run, seeds) for name, run in runs.items()}
+    useful = useful_work(runs["workshop"], seeds) if "workshop" in runs else None
     figures = plots(a.out, runs, latency, evals)
     differences = {
         name: {
@@ -432,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": time.perf_counter() - t0,
         "latency": latency,
         "evaluation": evals,
-        "verdicts": verdicts(runs, latency, evals),
+        "useful_work": useful,
+        "verdicts": verdicts(runs, latency, evals, useful),
         "figures": figures,
         "settings": {
             n: {k: (str(v) if not isinstance(v, int | float | str) else v) for k, v in d.items()}
