@@ -19,6 +19,7 @@ same function; the tests hold them to it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import msgspec
 import torch
@@ -53,6 +54,10 @@ class TinyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+
+#: Rows a matrix product needs for MKL to round each row the same whatever the others: with
+#: fewer, it takes other kernels (measured on torch 2.13's CPU build; see policy.tiny.decode).
+MIN_ROWS = 4
 
 #: A key/value cache: per layer, (keys, values), each (batch, positions, head_dim).
 Cache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -168,20 +173,45 @@ class TinyTransformer(nn.Module):
             x = blk.finish(x, a)
         return self.ln_f(x)
 
-    def step(self, ids: torch.Tensor, pos: torch.Tensor, cache: Cache) -> torch.Tensor:
+    def step(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        cache: Cache,
+        spans: Sequence[tuple[int, int]] | None = None,
+    ) -> torch.Tensor:
         """One new token per row: ``ids`` and ``pos`` are (batch,); row r's token goes to
-        cache column ``pos[r]`` and attends to columns ``0..pos[r]``. Returns (batch, d_model)."""
+        cache column ``pos[r]`` and attends to columns ``0..pos[r]``. Returns (batch, d_model).
+
+        A row's attention runs over a fixed number of cache columns, those after ``pos[r]``
+        masked: by default ``max(pos) + 1`` for every row. ``spans`` sets them per run of
+        consecutive rows instead, as ``(end row, columns)`` pairs in row order; a caller that
+        needs each row's result independent of the other rows makes the columns a function of
+        the row alone (a softmax over more masked slots rounds differently). Everything else
+        is one batched kernel over all rows.
+        """
         b = ids.shape[0]
         heads, dh = self.cfg.n_heads, self.cfg.head_dim
-        width = int(pos.max()) + 1
+        if spans is None:
+            spans = [(b, int(pos.max()) + 1)]
+        cuts, r0 = [], 0
+        for r1, width in spans:
+            cuts.append((r0, r1, width))
+            r0 = r1
+        hides = [_hide_after(pos[r0:r1], width) for r0, r1, width in cuts]
         rows = torch.arange(b)
-        hide = _hide_after(pos, width)
         x = self.tok(ids) + self.pos(pos)
         for blk, (keys, values) in zip(self.blocks, cache, strict=True):
             q, k, v = blk.qkv_split(x)
             keys[rows, pos] = k
             values[rows, pos] = v
-            a = _attend_one(q.view(b, heads, dh), keys[:, :width], values[:, :width], hide)
+            q = q.view(b, heads, dh)
+            a = torch.cat(
+                [
+                    _attend_one(q[r0:r1], keys[r0:r1, :w], values[r0:r1, :w], hide)
+                    for (r0, r1, w), hide in zip(cuts, hides, strict=True)
+                ]
+            )
             x = blk.finish(x, a.reshape(b, -1))
         return self.ln_f(x)
 
@@ -202,6 +232,15 @@ def _attend_one(
 ) -> torch.Tensor:
     """One query position per row: q (batch, heads, head_dim) against keys and values (batch,
     positions, head_dim), plus the bias ``hide`` (batch, 1, positions). Two batched matrix
-    products read each row's keys and values once for all heads."""
-    scores = torch.baddbmm(hide, q, keys.transpose(1, 2), alpha=q.shape[-1] ** -0.5)
-    return torch.bmm(torch.softmax(scores, dim=-1), values)
+    products read each row's keys and values once for all heads.
+
+    Each product has one matrix per row, with a row per head. With fewer than four such rows,
+    MKL takes a kernel whose rounding depends on where the queries lie in memory (measured:
+    their address modulo 16 bytes), hence on the row's place in the batch; so fewer than four
+    heads are padded with zero queries, and sampling stays batch-independent whatever the
+    shape (``policy.tiny.decode``)."""
+    b, heads, dh = q.shape
+    if heads < MIN_ROWS:
+        q = torch.cat([q, q.new_zeros((b, MIN_ROWS - heads, dh))], dim=1)
+    scores = torch.baddbmm(hide, q, keys.transpose(1, 2), alpha=dh**-0.5)
+    return torch.bmm(torch.softmax(scores, dim=-1), values)[:, :heads]
