@@ -82,7 +82,9 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     concurrency: int = 32  # episodes in flight at once
     channel_capacity: int = 64  # finished episodes buffered on their way to the learner
     # -- the policy -------------------------------------------------------------------------
-    model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(d_model=96, context=192))
+    model: TinyConfig = msgspec.field(
+        default_factory=lambda: TinyConfig(d_model=96, d_ff=256, context=192)
+    )
     init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
     temperature: float = 1.0
     max_output_tokens: int = 24

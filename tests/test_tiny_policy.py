@@ -150,7 +150,7 @@ def test_config_validation() -> None:
         TinyConfig(d_model=100, n_heads=3)
     with pytest.raises(ValueError, match="n_layers"):
         TinyConfig(n_layers=0)
-    assert 100_000 < TinyModel.fresh().net.n_params() < 5_000_000
+    assert 50_000 < TinyModel.fresh().net.n_params() < 5_000_000
 
 
 # -- sampling ---------------------------------------------------------------------------------
@@ -193,9 +193,13 @@ POOL = [
     msgspec.structs.replace(r, prompt="w" * (i * 37 % 230) + r.prompt)
     for i, r in enumerate(mixed_batch(36))
 ]
-#: The default shape, and an odd one: three heads (fewer than four: see ``_attend_one``), sizes
-#: that are no multiples of anything, three layers.
-CONFIGS = [TinyConfig(seed=3), TinyConfig(seed=3, d_model=30, n_heads=3, d_ff=70, n_layers=3)]
+#: The default shape, a wider one (the previous default), and an odd one: three heads (fewer
+#: than four: see ``_attend_one``), sizes that are no multiples of anything, three layers.
+CONFIGS = [
+    TinyConfig(seed=3),
+    TinyConfig(seed=3, d_model=96, d_ff=256),
+    TinyConfig(seed=3, d_model=30, n_heads=3, d_ff=70, n_layers=3),
+]
 _ALONE: dict[tuple[TinyConfig, int], PolicyResponse] = {}
 
 
@@ -211,7 +215,7 @@ def same(got: PolicyResponse, want: PolicyResponse) -> bool:
     return got.token_ids == want.token_ids and got.logprobs == want.logprobs
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["default", "odd"])
+@pytest.mark.parametrize("config", CONFIGS, ids=["default", "wide", "odd"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     picked=st.lists(st.integers(0, len(POOL) - 1), min_size=1, max_size=len(POOL)),
@@ -399,7 +403,7 @@ def test_bad_checkpoints_give_clear_errors(tmp_path: Path) -> None:
         load_checkpoint(other)
     torch.save(
         {
-            "meta": blob["meta"].replace('"d_ff":256', '"d_ff":128'),
+            "meta": blob["meta"].replace('"d_ff":128', '"d_ff":256'),
             **{"state_dict": blob["state_dict"]},
         },
         other,

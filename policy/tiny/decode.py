@@ -25,8 +25,10 @@ arithmetic is not associative, so this needs every kernel to compute a row's res
 order whatever the other rows are. Measured on torch's CPU kernels (MKL), three things decide it:
 
 - a matrix product gives each row the same bits for any number of rows >= 4 (one to three rows
-  take another kernel), so every forward of ``sample`` has at least ``MIN_ROWS`` rows: filler
-  rows where fewer requests are left (a lone request is computed four times over);
+  take another kernel, which for attention's per-row products also rounds by the queries'
+  address), so every forward of ``sample`` has at least ``MIN_ROWS`` rows: filler rows where
+  fewer requests are left (a lone request is computed four times over); and attention pads
+  fewer than four heads with zero queries (``policy.tiny.model._attend_one``);
 - a reduction's rounding depends on its length, masked slots included, so a row's attention
   must span a number of columns that depends on that row alone: each prompt is right-padded to
   ``padded_length`` (the next multiple of ``BUCKET``), and at output step ``t`` a row attends
