@@ -18,7 +18,9 @@ Three measurements, printed and saved to ``bench/results/policy/`` (``policy.jso
    latency preset, the one training uses).
 
 The figures move with the machine's load (this one is shared): the JSON records the load
-average before and after. Run: ``PYTHONPATH=. python bench/policy.py [--quick]``.
+average before and after. Run: ``PYTHONPATH=. python bench/policy.py [--quick]``; another
+model shape with ``--set FIELD=INT`` (repeatable) and its own ``--out`` folder, e.g. the previous
+default: ``--set d_model=96 --set d_ff=256 --out bench/results/policy-d96``.
 """
 
 from __future__ import annotations
@@ -76,9 +78,11 @@ class Recording:
         return None
 
 
-def record_workload(world: str, teams: Sequence[int], episodes: int, limit: float) -> list:
+def record_workload(
+    config: TinyConfig, world: str, teams: Sequence[int], episodes: int, limit: float
+) -> list:
     """Requests from real concurrent episodes (the prompts a policy really sees)."""
-    policy = Recording(TinyModel.fresh())
+    policy = Recording(TinyModel.fresh(config))
     cfgs = [
         EpisodeConfig(
             world=world,
@@ -186,8 +190,10 @@ def compare(model: TinyModel, pool: list, n: int = 1024, singles: int = 256) -> 
     return out
 
 
-def episode_batches(n_agents: int, episodes: int = 1, world: str = "tally") -> dict:
-    conductor = Conductor(TinyPolicy(TinyModel.fresh()))
+def episode_batches(
+    config: TinyConfig, n_agents: int, episodes: int = 1, world: str = "tally"
+) -> dict:
+    conductor = Conductor(TinyPolicy(TinyModel.fresh(config)))
     first: list[int] = []
     conductor.on_batch = lambda size: first.append(size) if not first else None
     cfgs = [
@@ -261,10 +267,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="batches up to 256, short runs")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=INT",
+        help="a TinyConfig field of the measured model (repeatable; default: TinyConfig())",
+    )
     a = ap.parse_args()
+    fields: dict[str, int] = {}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        try:
+            fields[key] = int(value)
+        except ValueError:
+            ap.error(f"--set {item!r}: expected FIELD=INT, e.g. d_model=96")
+    try:
+        config = msgspec.convert(fields, TinyConfig)
+    except (msgspec.ValidationError, ValueError) as e:
+        ap.error(f"--set: {e}")
     sizes = [2**k for k in range(0, 9 if a.quick else 13)]
     budget = 0.3 if a.quick else 1.0
-    model = TinyModel.fresh(TinyConfig())
+    model = TinyModel.fresh(config)
     result: dict = {
         "model": msgspec.to_builtins(model.config),
         "parameters": model.net.n_params(),
@@ -282,15 +306,15 @@ def main() -> None:
     )
     t0 = time.perf_counter()
     for world, teams in (("tally", (4, 6, 8)), ("workshop", (4, 6, 8))):
-        pool = record_workload(world, teams, episodes=6 if a.quick else 12, limit=300.0)
+        pool = record_workload(config, world, teams, episodes=6 if a.quick else 12, limit=300.0)
         print(f"{world}: {len(pool)} recorded requests", flush=True)
         rows = sweep(model, pool, sizes, budget)
         cmp = compare(model, pool, n=256 if a.quick else 1024, singles=64 if a.quick else 256)
         result["workloads"][world] = {"requests_recorded": len(pool), "sweep": rows, "compare": cmp}
     print("episode batch sizes:", flush=True)
-    result["episodes"] = [episode_batches(n) for n in (3, 6, 9)] + [
-        episode_batches(4, episodes=8),
-        episode_batches(8, episodes=16, world="workshop"),
+    result["episodes"] = [episode_batches(config, n) for n in (3, 6, 9)] + [
+        episode_batches(config, 4, episodes=8),
+        episode_batches(config, 8, episodes=16, world="workshop"),
     ]
     result["load_after"] = os.getloadavg()
     result["wall_seconds"] = time.perf_counter() - t0

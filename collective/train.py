@@ -84,7 +84,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face model served by SGLang (GPU)
     hf_model: str = ""  # backend = "hf": a local model directory to start from
     hf_server: str = ""  # backend = "hf": "sglang:URL" or "sglang:launch" (serves hf_model)
-    model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(d_model=96, context=192))
+    model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(context=128))
     init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
     temperature: float = 1.0
     max_output_tokens: int = 24

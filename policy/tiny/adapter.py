@@ -71,7 +71,10 @@ class TinyModel:
     decode step is dozens of small kernels, and splitting each across cores costs a barrier per
     kernel, which becomes a stall of a whole time slice when another process (or the learner)
     holds a core; measured here, a 4-agent episode took 31 s with two intra-op threads on a busy
-    machine and 3 s with one. Chunks on separate threads never wait for each other.
+    machine and 3 s with one. Chunks on separate threads never wait for each other. One
+    intra-op thread is also what keeps sampling bit-exact whatever the batch: with two, MKL
+    splits a matrix product by rows, and a row's bits depend on the row count
+    (``policy.tiny.decode``).
     (``torch.set_num_threads`` also sets the default for threads created later; a learner that
     wants more intra-op threads sets them in its own thread.)
     """

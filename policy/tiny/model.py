@@ -1,14 +1,16 @@
 """The tiny policy's network: a byte-level, decoder-only transformer small enough for 2 CPU cores.
 
 Pre-norm blocks, learned positions, output head tied to the token embedding, and multi-query
-attention (every query head shares one key head and one value head). The defaults (d_model 96,
-2 layers, 4 heads, feed-forward 256, context 256 bytes: about 0.2M parameters) are chosen for
-speed: RLCR on two cores runs many episodes of several agents for tens of turns each, so a decode
-step over a batch of a thousand agents must take milliseconds, not seconds. Measured on this
-machine (bench/policy.py), d_model 128 costs about a quarter more per token; multi-query
-attention is what makes large batches pay at all: a decode step reads every row's whole
-key/value cache, and one shared key/value head makes that cache (and its memory traffic) four
-times smaller.
+attention (every query head shares one key head and one value head). The defaults (d_model 64,
+2 layers, 4 heads, feed-forward 128, context 256 bytes: about 90k parameters; the training
+configs' shape, with a context that leaves a 64-token answer 192 bytes of prompt) are chosen
+for speed: RLCR on two cores runs many episodes of several agents for tens of turns each, so a
+decode step over a batch of a thousand agents must take milliseconds, not seconds. Measured on
+this machine (bench/policy.py, batch 1,024), the previous default (d_model 96, feed-forward 256)
+samples about a third fewer tokens per second, and d_model 128 costs a quarter more per token
+than that; multi-query attention is what makes large batches pay at all: a decode step reads
+every row's whole key/value cache, and one shared key/value head makes that cache (and its
+memory traffic) four times smaller.
 
 One network, two ways to run it: ``hidden`` over whole right-padded sequences with a causal mask
 (what the learner differentiates, and sampling's prefill, which also fills a key/value cache),
@@ -19,6 +21,7 @@ same function; the tests hold them to it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import msgspec
 import torch
@@ -31,10 +34,10 @@ from policy.tokenizer import VOCAB_SIZE
 class TinyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The network's shape and the seed of its fresh weights."""
 
-    d_model: int = 96
+    d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4  # query heads; keys and values have one head of d_model / n_heads
-    d_ff: int = 256
+    d_ff: int = 128
     context: int = 256  # tokens (bytes) of prompt plus output the network can see
     seed: int = 0  # fresh weights are a function of this seed alone
 
@@ -53,6 +56,10 @@ class TinyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+
+#: Rows a matrix product needs for MKL to round each row the same whatever the others: with
+#: fewer, it takes other kernels (measured on torch 2.13's CPU build; see policy.tiny.decode).
+MIN_ROWS = 4
 
 #: A key/value cache: per layer, (keys, values), each (batch, positions, head_dim).
 Cache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -168,20 +175,44 @@ class TinyTransformer(nn.Module):
             x = blk.finish(x, a)
         return self.ln_f(x)
 
-    def step(self, ids: torch.Tensor, pos: torch.Tensor, cache: Cache) -> torch.Tensor:
+    def step(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        cache: Cache,
+        spans: Sequence[tuple[int, int]] | None = None,
+    ) -> torch.Tensor:
         """One new token per row: ``ids`` and ``pos`` are (batch,); row r's token goes to
-        cache column ``pos[r]`` and attends to columns ``0..pos[r]``. Returns (batch, d_model)."""
+        cache column ``pos[r]`` and attends to columns ``0..pos[r]``. Returns (batch, d_model).
+
+        A row's attention runs over a fixed number of cache columns, those after ``pos[r]``
+        masked: by default ``max(pos) + 1`` for every row. ``spans`` sets them per run of
+        consecutive rows instead, as ``(end row, columns)`` pairs in row order; a caller that
+        needs each row's result independent of the other rows makes the columns a function of
+        the row alone (a softmax over more masked slots rounds differently). Everything else
+        is one batched kernel over all rows.
+        """
         b = ids.shape[0]
         heads, dh = self.cfg.n_heads, self.cfg.head_dim
-        width = int(pos.max()) + 1
+        if spans is None:
+            spans = [(b, int(pos.max()) + 1)]
+        cuts, r0 = [], 0
+        for r1, width in spans:
+            cuts.append((r0, r1, width))
+            r0 = r1
+        hides = [_hide_after(pos[r0:r1], width) for r0, r1, width in cuts]
         rows = torch.arange(b)
-        hide = _hide_after(pos, width)
         x = self.tok(ids) + self.pos(pos)
         for blk, (keys, values) in zip(self.blocks, cache, strict=True):
             q, k, v = blk.qkv_split(x)
             keys[rows, pos] = k
             values[rows, pos] = v
-            a = _attend_one(q.view(b, heads, dh), keys[:, :width], values[:, :width], hide)
+            q = q.view(b, heads, dh)
+            parts = [
+                _attend_one(q[r0:r1], keys[r0:r1, :w], values[r0:r1, :w], hide)
+                for (r0, r1, w), hide in zip(cuts, hides, strict=True)
+            ]
+            a = parts[0] if len(parts) == 1 else torch.cat(parts)
             x = blk.finish(x, a.reshape(b, -1))
         return self.ln_f(x)
 
@@ -202,6 +233,15 @@ def _attend_one(
 ) -> torch.Tensor:
     """One query position per row: q (batch, heads, head_dim) against keys and values (batch,
     positions, head_dim), plus the bias ``hide`` (batch, 1, positions). Two batched matrix
-    products read each row's keys and values once for all heads."""
-    scores = torch.baddbmm(hide, q, keys.transpose(1, 2), alpha=q.shape[-1] ** -0.5)
-    return torch.bmm(torch.softmax(scores, dim=-1), values)
+    products read each row's keys and values once for all heads.
+
+    Each product has one matrix per row, with a row per head. With fewer than four such rows,
+    MKL takes a kernel whose rounding depends on where the queries lie in memory (measured:
+    their address modulo 16 bytes), hence on the row's place in the batch; so fewer than four
+    heads are padded with zero queries, and sampling stays batch-independent whatever the
+    shape (``policy.tiny.decode``)."""
+    b, heads, dh = q.shape
+    if heads < MIN_ROWS:
+        q = torch.cat([q, q.new_zeros((b, MIN_ROWS - heads, dh))], dim=1)
+    scores = torch.baddbmm(hide, q, keys.transpose(1, 2), alpha=dh**-0.5)
+    return torch.bmm(torch.softmax(scores, dim=-1), values)[:, :heads]
