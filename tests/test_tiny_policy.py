@@ -530,3 +530,15 @@ def test_cli_runs_and_replays_tiny_episodes(tmp_path: Path) -> None:
         check=False,
     )
     assert r.returncode == 2 and "missing.pt: no such checkpoint file" in r.stderr
+
+
+def test_a_draw_that_rounds_to_one_never_picks_a_forbidden_token() -> None:
+    """A uniform within 2**-25 of 1 rounds to 1.0 in float32; the pick must then be the last
+    token with any probability, never a forbidden one past it (this once emitted EOS inside a
+    quoted text, an invalid action, about once in tens of thousands of turns)."""
+    from policy.tiny.decode import FORBIDDEN, _pick
+
+    z = torch.tensor([[0.0, 1.0, FORBIDDEN, FORBIDDEN], [FORBIDDEN, 2.0, 0.5, FORBIDDEN]])
+    for u in (1 - 2**-30, 1 - 2**-60):
+        assert _pick(z, torch.tensor([u, u], dtype=torch.float64)).tolist() == [1, 2]
+    assert _pick(z, torch.tensor([0.0, 0.0], dtype=torch.float64)).tolist() == [0, 1]

@@ -132,12 +132,21 @@ def _pick(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     The CDF is summed in float32 (float64 is several times slower here): a token is drawn with
     its reported probability to within about 1e-6, far below anything the learner can see, and
-    the arithmetic is the same in every batch, so batch independence is untouched. A forbidden
-    token has probability exactly 0 and can never be the first to exceed ``u``.
+    the arithmetic is the same in every batch, so batch independence is untouched.
+
+    A forbidden token has probability exactly 0, so it can never be the first to exceed the
+    target, except in one corner: ``u`` within 2**-25 of 1 rounds to 1.0 in float32, the target
+    is then the whole mass, no entry exceeds it, and ``searchsorted`` answers past the end. The
+    right answer there is the last token with any probability, so the pick is capped at it
+    (without the cap it was the last id, EOS, forbidden or not).
     """
-    cdf = torch.cumsum(torch.softmax(z, dim=-1), dim=-1)
+    probs = torch.softmax(z, dim=-1)
+    cdf = torch.cumsum(probs, dim=-1)
     target = (u.to(cdf.dtype) * cdf[:, -1])[:, None]
-    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=z.shape[-1] - 1)
+    picked = torch.searchsorted(cdf, target, right=True)[:, 0]
+    ids = torch.arange(z.shape[-1], device=z.device)
+    last_possible = torch.where(probs > 0, ids, -1).amax(dim=-1)
+    return torch.minimum(picked, last_possible)
 
 
 # -- sampling ---------------------------------------------------------------------------------
