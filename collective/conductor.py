@@ -4,11 +4,13 @@ Its loop, for every episode it runs at once:
 
 1. wait for quiescence: every actor of every episode is parked;
 2. start every parked request, episode by episode, in agent-id order (a tool call is scheduled
-   to land after its duration; a think joins the batch);
-3. send all thinks of all episodes to the policy as ONE batch (one per policy of the
+   to land after its duration; a think joins the pending batch);
+3. if something is still due at an episode's current instant (a rejected action's error, a
+   wait woken at once), apply it and go back to 1: the instant is not settled yet;
+4. send all pending thinks of all episodes to the policy as ONE batch (one per policy of the
    organisation), and schedule each answer at the simulated time its latency model charges;
-4. move each episode's clock to its next due instant and apply everything due then, in heap
-   order ``(time, priority, agent, seq)``; only here are actors resumed.
+5. move each episode's clock to its next due instant and apply everything due then, in heap
+   order ``(time, priority, agent, seq)``; only here (and in 3) are actors resumed.
 
 trio decides the order actors run in between two quiescences, and that order cannot matter:
 actors only read frozen state and park. That is the whole determinism argument.
