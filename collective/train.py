@@ -521,9 +521,11 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     entropy: float
     kl: float
     grad_norm: float
+    trained_tokens: float
+    # Wall-clock figures: the only fields a re-run with the same config does not reproduce (how
+    # many rollouts share a policy batch depends on when the learner frees the CPU).
     learner_tokens_per_s: float
     learner_seconds: float
-    trained_tokens: float
     rollout_batch_mean: float
     wall_time: float  # seconds since the run (or its resumption) began
 
