@@ -87,8 +87,13 @@ class Replay:
                 begun[(e.agent, e.act)] = e.t
             elif isinstance(e, Committed) and begun.get((e.agent, e.act), math.inf) < until:
                 self.real[(e.agent, e.act)] = e.real
-            elif isinstance(e, Thought) and e.asked < until and episode.config.clock == "real":
-                self.answered[(e.agent, e.turn)] = e.t
+        cfg = episode.config
+        measured = math.inf if cfg.clock == "real" else cfg.recorded_answers_until
+        # From the turns, not the Thought events: an answer still in flight at the end, or
+        # meant for an agent fired meanwhile, has a turn (and its landing time) but no Thought.
+        for tr in episode.turns:
+            if tr.asked < min(until, measured):
+                self.answered[(tr.agent, tr.turn)] = tr.answered
 
 
 class LiveEpisode:
@@ -140,6 +145,11 @@ class LiveEpisode:
         self.final_score = 0.0
         self.world_metrics: dict[str, float] = {}
         self.nursery: trio.Nursery | None = None
+        # While an instant is being applied, actors resumed or hired at it are held here and
+        # let run only once every event of the instant is applied (see advance).
+        self.holding = False
+        self.held: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = []
+        self.hired: list[Actor] = []
         self.curve.append((0.0, self.score()))
 
     # -- setup ----------------------------------------------------------------------------------
@@ -204,9 +214,15 @@ class LiveEpisode:
         self.stats.peak_agents = max(self.stats.peak_agents, self.alive)
         self.log(Spawned(self.now, agent_id, role, by))
         self.conductor.runnable += 1
-        assert self.nursery is not None
-        self.nursery.start_soon(self._actor_main, actor, name=f"agent-{agent_id}")
+        if self.holding:
+            self.hired.append(actor)
+        else:
+            self._start(actor)
         return actor
+
+    def _start(self, actor: Actor) -> None:
+        assert self.nursery is not None
+        self.nursery.start_soon(self._actor_main, actor, name=f"agent-{actor.id}")
 
     async def _actor_main(self, actor: Actor) -> None:
         actor.task = trio.lowlevel.current_task()
@@ -237,8 +253,14 @@ class LiveEpisode:
         assert actor.parked, f"agent {actor.id} resumed twice"
         actor.waiting = False
         actor.parked = False
+        self._wake_task(actor.task, outcome.Value(value))
+
+    def _wake_task(self, task: trio.lowlevel.Task, value: outcome.Outcome[Any]) -> None:
         self.conductor.runnable += 1
-        trio.lowlevel.reschedule(actor.task, outcome.Value(value))
+        if self.holding:
+            self.held.append((task, value))
+        else:
+            trio.lowlevel.reschedule(task, value)
 
     # -- starting requests, in canonical order --------------------------------------------------
 
@@ -254,6 +276,7 @@ class LiveEpisode:
                     Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
                 )
                 self.stats.read += len(actor.read_ids)
+                actor.read_ids = ()  # consumed: a program that thinks without a prompt reads none
                 self.stats.missed_posts += actor.missed
                 actor.missed = 0
                 thinks.append((self, actor, req))
@@ -344,6 +367,9 @@ class LiveEpisode:
         for w in self.worlds:
             w.now = t
         changed = False
+        # Hold every resumption until the whole instant is applied: an async tool awaits in the
+        # middle of it, and an actor let run then would read an instant half committed.
+        self.holding = True
         while self.heap and self.heap[0][0] == t:
             _, prio, _, _, _, item = heapq.heappop(self.heap)
             if prio == RESPOND:
@@ -359,14 +385,25 @@ class LiveEpisode:
                 if actor.alive and actor.waiting and actor.wait_token == token:
                     self._wake(actor, act, reason)
             if len(self.events) >= self.cfg.max_events:
+                self._release()  # before the end cancels them: a held task is still parked
                 self._end("event_limit")
                 return
+        self._release()
         if changed:
             s = self.score()
             if s != self.curve[-1][1]:
                 self.curve.append((t, s))
             if self.org.finished([w.done() for w in self.worlds]):
                 self._end("done")
+
+    def _release(self) -> None:
+        self.holding = False
+        for task, value in self.held:
+            trio.lowlevel.reschedule(task, value)
+        for actor in self.hired:
+            self._start(actor)
+        self.held.clear()
+        self.hired.clear()
 
     def _respond(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse) -> None:
         if not actor.alive:
@@ -580,8 +617,7 @@ class LiveEpisode:
             # are skipped because it is no longer alive. (If it was resumed at this very
             # instant, its next park raises Fired instead.)
             target.parked = False
-            self.conductor.runnable += 1
-            trio.lowlevel.reschedule(target.task, outcome.Error(Fired()))
+            self._wake_task(target.task, outcome.Error(Fired()))
         return True, f"fired agent {target_id}"
 
     # -- helpers ---------------------------------------------------------------------------------

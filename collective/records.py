@@ -186,12 +186,16 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_events: int = 5_000_000  # a guard against a world whose tools take no time
     keep_prompts: bool = True
     policy: str = ""  # the policy that ran it, as a description
-    policy_version: int = -1  # pin every request to this version (-1: whatever is latest)
+    policy_version: int = -1  # pin the trained policy's requests to it (-1: the latest)
+    # Answers to requests asked before this time land at their recorded times, as measured on
+    # the wall clock: a replayed real-clock episode, or the prefix of a fork of one.
+    recorded_answers_until: float = 0.0
 
     def __post_init__(self) -> None:
         checks = [
             (self.agents >= 1, "agents must be >= 1"),
             (self.world_agents >= 0, "world_agents must be >= 0"),
+            (self.recorded_answers_until >= 0, "recorded_answers_until must be >= 0"),
             (self.time_limit > 0, "time_limit must be > 0"),
             (self.budget >= 0, "budget must be >= 0"),
             (self.mailbox >= 1, "mailbox must be >= 1"),

@@ -59,8 +59,10 @@ def _rerun(ep: Episode, backend: Policy, fed: Replay, **changes: Any) -> Episode
 def replay(ep: Episode) -> Episode:
     """Re-execute ``ep`` from its recorded outputs. A ``real`` clock episode replays on the
     virtual clock at its recorded times."""
-    clock = "virtual" if ep.config.clock == "real" else ep.config.clock
-    return _rerun(ep, RecordedPolicy(ep.turns), Replay(ep), clock=clock)
+    changes: dict[str, Any] = {}
+    if ep.config.clock == "real":
+        changes = {"clock": "virtual", "recorded_answers_until": math.inf}
+    return _rerun(ep, RecordedPolicy(ep.turns), Replay(ep), **changes)
 
 
 def verify(ep: Episode) -> Divergence | None:
@@ -81,8 +83,11 @@ def fork(ep: Episode, until: float, policy: Policy, *, sample_seed: int | None =
     }
     if sample_seed is not None:
         changes["sample_seed"] = sample_seed
-    if ep.config.clock == "real":
+    if ep.config.clock == "real":  # the prefix's answers keep their measured times
         changes["clock"] = "virtual"
+        changes["recorded_answers_until"] = until
+    elif ep.config.recorded_answers_until:
+        changes["recorded_answers_until"] = min(until, ep.config.recorded_answers_until)
     recorded = RecordedPolicy(ep.turns, live=policy, until=until)
     return _rerun(ep, recorded, Replay(ep, until), **changes)
 

@@ -16,6 +16,7 @@ settings.load_profile("ci")
 
 
 FRAGILE = f"{Path(__file__).parent / 'fragile.py'}:Fragile"
+BUMPS = f"{Path(__file__).parent / 'fragile.py'}:Bumps"
 
 
 def run(script: object, **cfg: object) -> Episode:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import trio
-from conftest import FRAGILE, by_turn, run
+from conftest import BUMPS, FRAGILE, by_turn, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +24,7 @@ from collective.records import (
     Woke,
     encode_episode,
 )
+from collective.replay import verify
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 from policy.uniform import RandomPolicy
@@ -70,6 +71,23 @@ def test_same_seed_same_bytes_whatever_trio_does(cfg: EpisodeConfig) -> None:
     plain = encode_episode(run_episode(cfg, RandomPolicy()))
     shaken = encode_episode(run_episode(cfg, RandomPolicy(), program=jittery_program))
     assert plain == shaken
+
+
+@pytest.mark.parametrize("middle", ["bump", "abump"])
+def test_no_actor_runs_before_its_instant_is_applied(middle: str) -> None:
+    """Three agents bump a counter at the same instant, the middle one with a tool that awaits
+    mid-commit. Whether or not the conductor yields there, no agent resumed at that instant
+    runs (and reads the world) before all three bumps have landed."""
+    seen: dict[int, str] = {}
+
+    def script(r: PolicyRequest) -> str:
+        if r.turn == 1:
+            seen[r.agent] = r.prompt.splitlines()[0]
+        return ("bump", middle, "bump")[r.agent] if r.turn == 0 else "wait 0"
+
+    ep = run_episode(EpisodeConfig(world=BUMPS, agents=3, time_limit=50), ScriptedPolicy(script))
+    assert seen == {0: "count 3", 1: "count 3", 2: "count 3"}
+    assert verify(ep) is None
 
 
 @given(configs)

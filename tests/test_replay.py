@@ -7,10 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 import pytest
+import trio
 from conftest import run
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +20,9 @@ from hypothesis import strategies as st
 from collective import EpisodeConfig, EpisodeFileError, load_episode, run_episode, save_episode
 from collective.records import Committed, Thought, encode_episode
 from collective.replay import first_divergence, fork, prefix, replay, verify
+from policy.base import PolicyRequest, PolicyResponse
+from policy.latency import LatencyModel
+from policy.scripted import ScriptedPolicy
 from policy.uniform import RandomPolicy
 
 CLI = [sys.executable, "-m", "collective.cli"]
@@ -98,6 +103,35 @@ def test_real_clock_episode_runs_on_the_wall_clock_and_replays() -> None:
     assert ep.stats.turns >= 2  # adds take 10 s of wall time, so each agent acts once
     again = replay(ep)
     assert first_divergence(ep.events, again.events) is None
+
+
+class SlowScript(ScriptedPolicy):
+    """Answers after 0.2 s of real time, as a model server would."""
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        await trio.sleep(0.2)
+        return await super().generate(requests)
+
+
+def test_real_clock_answers_replay_at_their_measured_times_even_past_the_end() -> None:
+    """Each answer takes 0.2 s of wall time; the latency model would say 0.01 s. The third
+    answer is still in flight at T_max (it has a turn but no Thought), yet replay must not
+    recompute its time, nor the times of a fork's real-clock prefix."""
+    cfg = EpisodeConfig(
+        world="tally",
+        agents=1,
+        clock="real",
+        time_limit=0.5,
+        comm_duration=0.01,
+        latency=LatencyModel(name="fast", prefill_tps=1e9, decode_tps=1e9, overhead=0.01),
+    )
+    ep = run_episode(cfg, SlowScript(lambda r: 'put "x"'))
+    assert ep.end == "time_limit"
+    assert ep.turns[-1].answered > cfg.time_limit > ep.turns[-1].asked, "one answer in flight"
+    assert verify(ep) is None
+    forked = fork(ep, 0.25, SlowScript(lambda r: 'put "x"'))
+    assert prefix(forked.events, 0.25) == prefix(ep.events, 0.25)
+    assert verify(forked) is None, "a fork of a real-clock episode replays too"
 
 
 @given(until=st.floats(0, 300), seed=st.integers(0, 1000))
