@@ -100,7 +100,8 @@ class Actor:
             max_tokens=ep.cfg.max_output_tokens,
             temperature=ep.cfg.temperature,
             asked=ep.now,
-            version=ep.cfg.policy_version,
+            # The pin is the trained policy's: a frozen policy has one version, for good.
+            version=ep.cfg.policy_version if self.policy == "trained" else -1,
         )
         self.turn += 1
         return ep.park(self, THINK, req)

@@ -74,6 +74,12 @@ class TinyBackend:
         net.requires_grad_(False)
         return TinyPolicy(TinyModel(net, version=version, source=f"training, v{version}"))
 
+    def frozen(self, model: Any) -> Policy:
+        """The policy of the orchestrator's sub-agents: these weights, never trained."""
+        from policy.tiny import TinyPolicy
+
+        return TinyPolicy(model.frozen())
+
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
         """One frozen copy per version still in use (the current and ``lag`` older)."""
         from collective.train import VersionedPolicy
@@ -130,6 +136,12 @@ class HFBackend:
 
     def logprob_kwargs(self) -> dict[str, Any]:
         return {}
+
+    def frozen(self, model: Any) -> Policy:
+        raise ValueError(
+            "train config: the orchestrator organisation needs a frozen policy beside the trained "
+            "one, and backend = 'hf' serves one model from one SGLang server; use backend = 'tiny'"
+        )
 
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
         from policy.factory import make_policy

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 import tomllib
 from collections.abc import Sequence
@@ -34,8 +35,15 @@ import trio
 
 from collective.actions import ActionSpace
 from collective.conductor import Conductor
-from collective.organisation import PRIMITIVES
-from collective.records import Committed, Episode, EpisodeConfig, load_episode, save_episode
+from collective.organisation import PRIMITIVES, make_organisation
+from collective.records import (
+    Committed,
+    Episode,
+    EpisodeConfig,
+    Spawned,
+    load_episode,
+    save_episode,
+)
 from collective.seeding import derive
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
 from policy.latency import latency_preset
@@ -281,7 +289,10 @@ class Learner:
         self.cfg = cfg
         self.logprob_kwargs = logprob_kwargs or {}
         self.optimiser = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-        self.reference = copy.deepcopy(model) if cfg.kl_coef > 0 else None
+        self.reference: Any = None  # the initial weights, for the KL term
+        if cfg.kl_coef > 0:
+            frozen = getattr(model, "frozen", None)  # a TinyModel holds a lock: no deepcopy
+            self.reference = frozen() if frozen is not None else copy.deepcopy(model)
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         cfg = self.cfg
@@ -543,6 +554,12 @@ def episode_name(group: int, member: int) -> str:
     return f"g{group:06d}-r{member:02d}.msgpack"
 
 
+def episode_key(name: str) -> tuple[int, int] | None:
+    """``(group, member)`` of a file named by :func:`episode_name`; None for any other name."""
+    m = re.fullmatch(r"g(\d+)-r(\d+)\.msgpack", name)
+    return (int(m[1]), int(m[2])) if m else None
+
+
 def step_samples(
     cfg: TrainConfig, step: int, groups: list[list[Episode]], useful_so_far: tuple[float, int]
 ) -> tuple[list[Sample], dict[str, Any], list[int]]:
@@ -564,10 +581,11 @@ def step_samples(
         returns_all += returns.tolist()
         if cfg.advantage == "individual":
             shares = [contributions(e) for e in episodes]
-            everyone = [
-                s.get(a, 0.0)
+            everyone = [  # every agent that took part, hired or fired ones included
+                s.get(ev.agent, 0.0)
                 for e, s in zip(episodes, shares, strict=True)
-                for a in range(e.stats.peak_agents)
+                for ev in e.events
+                if isinstance(ev, Spawned)
             ]
             base = float(np.mean(everyone)) if everyone else 0.0
         for i, ep in enumerate(episodes):
@@ -682,6 +700,8 @@ def train(
     torch.set_num_threads(1)
     backend = make_backend(cfg, run_dir)
     model = backend.fresh() if not cfg.init else backend.load(cfg.init)
+    # The orchestrator's sub-agents answer with the weights training starts from, for good.
+    frozen = backend.frozen(model) if make_organisation(cfg.org).name == "orchestrator" else None
     learner = Learner(model, cfg, backend.logprob_kwargs())
     state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
     # The weights of every version rollouts may still use (pinned backends only).
@@ -699,7 +719,17 @@ def train(
     if state.step >= cfg.steps:
         return []
     return trio.run(
-        _train, cfg, run_dir, backend, model, learner, state, serving_weights, progress, stop_after
+        _train,
+        cfg,
+        run_dir,
+        backend,
+        model,
+        frozen,
+        learner,
+        state,
+        serving_weights,
+        progress,
+        stop_after,
     )
 
 
@@ -708,6 +738,7 @@ async def _train(
     run_dir: Path,
     backend: Any,
     model: TrainableModel,
+    frozen: Policy | None,
     learner: Learner,
     state: TrainState,
     serving_weights: dict[int, Any],
@@ -722,13 +753,13 @@ async def _train(
     episodes_dir = run_dir / "episodes"
     on_disk: dict[tuple[int, int], Path] = {}
     for path in episodes_dir.glob("g*-r*.msgpack"):
-        g, i = int(path.name[1:7]), int(path.name[9:11])
-        if g >= first_group:
-            on_disk[(g, i)] = path
+        key = episode_key(path.name)
+        if key is not None and key[0] >= first_group:
+            on_disk[key] = path
     serving = await backend.serve(model, serving_weights)
     source = GroupSource(cfg, first_group, set(on_disk), pin=backend.pinned)
     source.latest = state.step
-    conductor = Conductor(serving)
+    conductor = Conductor(serving if frozen is None else {"trained": serving, "frozen": frozen})
     send, recv = trio.open_memory_channel[tuple[int, int, Episode]](cfg.channel_capacity)
     buffer: dict[tuple[int, int], Episode] = {key: load_episode(p) for key, p in on_disk.items()}
     done: list[StepMetrics] = []

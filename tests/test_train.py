@@ -13,10 +13,20 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from collective import Conductor, EpisodeConfig, run_episodes
 from collective.records import load_episode
-from collective.train import TrainConfig, load_config, read_metrics, step_samples, train
+from collective.train import (
+    TrainConfig,
+    episode_key,
+    episode_name,
+    load_config,
+    read_metrics,
+    step_samples,
+    train,
+)
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +73,14 @@ def test_every_finished_episode_is_used_exactly_once(tmp_path: Path) -> None:
     assert set(named) <= on_disk
     # Episodes of later groups may have finished while the learner worked: kept, not used yet.
     assert all(int(n[1:7]) >= 3 * 2 for n in on_disk - set(named))
+
+
+@given(st.integers(0, 10**7), st.integers(0, 10**4))
+def test_episode_files_name_their_group_and_member_at_any_size(group: int, member: int) -> None:
+    """Resume finds finished episodes by their names, so a name must parse back exactly (a
+    group of 100 or more rollouts has three-digit members)."""
+    assert episode_key(episode_name(group, member)) == (group, member)
+    assert episode_key(f"{episode_name(group, member)}.tmp") is None
 
 
 def test_same_seed_same_curves(tmp_path: Path) -> None:
@@ -133,6 +151,20 @@ def test_orchestrator_sub_agents_are_not_trained() -> None:
     trained = [t for e in episodes for t in e.turns if t.policy == "trained" and t.token_ids]
     assert len(samples) == len(trained)
     assert {s.prompt for s in samples} == {t.prompt for t in trained}
+
+
+def test_orchestrator_sub_agents_keep_the_initial_weights_while_training(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(_cfg(steps=3, org="orchestrator", team_sizes=(3,)), run, progress=False)
+    turns = [t for p in (run / "episodes").glob("*.msgpack") for t in load_episode(p).turns]
+    assert max(t.version for t in turns if t.policy == "trained") >= 1, "the policy moved"
+    assert {t.version for t in turns if t.policy == "frozen"} == {0}, "the sub-agents did not"
+
+
+def test_the_kl_term_is_measured_against_the_initial_weights(tmp_path: Path) -> None:
+    rows = train(_cfg(steps=2, kl_coef=0.1), tmp_path / "run", progress=False)
+    assert rows[0].kl == pytest.approx(0.0, abs=1e-9), "the first step samples the reference"
+    assert rows[1].kl > 0, "after one update the policy has left it"
 
 
 def test_flat_advantage_is_shared_by_every_token_of_a_rollout() -> None:
