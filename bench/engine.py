@@ -20,7 +20,7 @@ Three parts, each printing its figures and saving JSON and PNG plots:
   agent, events and agent-turns per second.
 
     PYTHONPATH=$PWD python bench/engine.py            # sweep + comparison, ~10 minutes
-    PYTHONPATH=$PWD python bench/engine.py --quick    # a small version, ~15 seconds
+    PYTHONPATH=$PWD python bench/engine.py --quick    # a small version, ~7 seconds
     PYTHONPATH=$PWD python bench/engine.py --million  # several minutes, ~6 GB
 
 Timings are wall-clock, as the issue asks, on a machine other jobs may share: each JSON also
@@ -698,7 +698,7 @@ def report_comparison(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a short version (~15 s)")
+    p.add_argument("--quick", action="store_true", help="a short version (~7 s)")
     p.add_argument("--million", action="store_true", help="1,000,000 resident agents")
     p.add_argument("--out", type=Path, default=None, help="where the engine figures go")
     p.add_argument("--city-out", type=Path, default=None, help="where the issue-7 figures go")

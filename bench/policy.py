@@ -266,7 +266,9 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="batches up to 256, short runs")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--out", type=Path, default=None, help="default: results/policy (--quick: quick/)"
+    )
     ap.add_argument(
         "--set",
         action="append",
@@ -275,6 +277,7 @@ def main() -> None:
         help="a TinyConfig field of the measured model (repeatable; default: TinyConfig())",
     )
     a = ap.parse_args()
+    a.out = a.out or (OUT / "quick" if a.quick else OUT)  # a quick look never replaces the figures
     fields: dict[str, int] = {}
     for item in a.set:
         key, _, value = item.partition("=")

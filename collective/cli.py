@@ -452,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logsetup.configure(args.verbose)
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # `collective show ... | head`: the reader has all it wanted
+        sys.stdout = None  # type: ignore[assignment]  (nothing more to flush at exit)
+        return 0
     except (EpisodeFileError, ValueError, FileNotFoundError, PolicyError) as e:
         if args.verbose:
             raise

@@ -263,6 +263,7 @@ def encode_episode(ep: Episode) -> bytes:
 def save_episode(ep: Episode, path: str | Path) -> None:
     """Write atomically: a crash never leaves a half-written episode under the final name."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(encode_episode(ep))
     tmp.replace(path)

@@ -15,6 +15,8 @@ class Garden(World):
 
     def __init__(self, n_agents: int = 1, seed: int = 0, beds_per_agent: int = 3) -> None:
         super().__init__(n_agents, seed)
+        if beds_per_agent < 1:
+            raise ValueError(f"Garden: beds_per_agent must be >= 1, got {beds_per_agent}")
         self.beds = beds_per_agent * n_agents  # the garden grows with the team
         self.last = self.beds - 1  # the highest bed number, for the tools' domains
         self.thirst = [self.rng.randint(1, 3) for _ in range(self.beds)]  # seeded: self.rng
