@@ -253,7 +253,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
 @command
 def cmd_train(a: argparse.Namespace) -> int:
-    from collective.train import load_config, train
+    from collective.train import load_config, read_metrics, train
 
     if a.resume:
         if a.config or a.set or a.out:
@@ -269,21 +269,22 @@ def cmd_train(a: argparse.Namespace) -> int:
             return 2
         cfg = load_config(a.config, a.set)
         run_dir = Path(a.out)
-    rows = train(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
-    if rows:
-        first, last = rows[0], rows[-1]
-        print(
-            json.dumps(
-                {
-                    "run": str(run_dir),
-                    "steps": last.step + 1,
-                    "version": last.version,
-                    "return_first": round(first.return_mean, 4),
-                    "return_last": round(last.return_mean, 4),
-                    "wall_time": round(last.wall_time, 1),
-                }
-            )
+    now = train(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
+    rows = read_metrics(run_dir)  # the whole run's, a resumed one's included
+    first, last = rows[0], rows[-1]
+    print(
+        json.dumps(
+            {
+                "run": str(run_dir),
+                "steps": last.step + 1,
+                "steps_now": len(now),  # trained by this command (0: the run was complete)
+                "version": last.version,
+                "return_first": round(first.return_mean, 4),
+                "return_last": round(last.return_mean, 4),
+                "wall_time": round(last.wall_time, 1),
+            }
         )
+    )
     return 0
 
 

@@ -258,7 +258,9 @@ def test_the_command_line_trains_resumes_and_plots(tmp_path: Path) -> None:
         timeout=300,
         env=env,
     )
-    assert r.returncode == 0 and r.stdout == "", r.stderr
+    assert r.returncode == 0, r.stderr
+    done = json.loads(r.stdout)
+    assert done["steps"] == 2 and done["steps_now"] == 0, "a finished run: nothing more to do"
     r = subprocess.run([*cli, "plot", str(run)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert {Path(p).name for p in r.stdout.split()} >= {"returns.png", "useful_work.png"}
