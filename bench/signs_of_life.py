@@ -483,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     a.out.mkdir(parents=True, exist_ok=True)
     only = set(filter(None, a.only.split(","))) or None
+    if only is not None and not only <= set(variants(a.quick)):
+        p.error(f"--only: unknown runs {sorted(only - set(variants(a.quick)))}")
+    if only is not None and "workshop" not in only:
+        p.error("--only must include workshop: every figure compares against the main run")
     runs = run_all(a.out, a.quick, only)
     seeds = 3 if a.quick else 12
     latency = latency_study(runs["workshop"], seeds, team=8) if "workshop" in runs else None

@@ -175,9 +175,9 @@ def describe(e: Any) -> str:
                 f", read messages {list(read)})" if read else ")"
             )
         case Thought(text=text, asked=asked, output_tokens=n, version=v):
-            return f"{who} decides: {text}   [{n} tokens, asked at {asked:.1f}, v{v}]"
+            return f"{who} decides: {text}   [{n} tokens, asked at {asked:.3f}, v{v}]"
         case Began(text=text, until=until):
-            end = "until a message" if until < 0 else f"until {until:.1f}"
+            end = "until a message" if until < 0 else f"until {until:.3f}"
             return f"{who} begins: {text}   ({end})"
         case Rejected(text=text, error=err):
             return f"{who} REJECTED {text!r}: {err}"
