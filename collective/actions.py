@@ -167,6 +167,10 @@ def parse_action(text: str, space: ActionSpace) -> Action:
         if a.kind == "int":
             if not _INT_RE.match(w):
                 raise ActionError(f"{spec.name}: {a.name} must be an integer, got {w!r}")
+            if len(w) > 24:  # longer than any bound: refuse before int() (4,300 digits raise)
+                raise ActionError(
+                    f"{spec.name}: {a.name} must be in {a.lo}..{a.hi}, got {w[:24]}..."
+                )
             v = int(w)
             if not a.lo <= v <= a.hi:
                 raise ActionError(f"{spec.name}: {a.name} must be in {a.lo}..{a.hi}, got {v}")

@@ -85,7 +85,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     from policy.latency import latency_preset
 
     sample_seed = a.sample_seed if a.sample_seed is not None else a.seed
-    policy = make_policy(a.policy, seed=sample_seed)
+    # Fresh tiny weights always come from seed 0: --seed picks the task and the sampling
+    # streams, not a different network (a fork with --seed continues with the same one).
+    policy = make_policy(a.policy)
     cfg = EpisodeConfig(
         world=a.world,
         params=dict(a.param),
@@ -140,7 +142,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
             )
         )
         return 0
-    policy = make_policy(a.policy or "random", seed=a.seed or 0)
+    policy = make_policy(a.policy or "random")
     try:
         forked = fork(ep, a.until, policy, sample_seed=a.seed)
     finally:

@@ -22,7 +22,7 @@ import numpy as np
 import trio
 
 from collective.conductor import Conductor
-from collective.records import Episode, EpisodeConfig, Posted
+from collective.records import Dropped, Episode, EpisodeConfig, Posted
 from policy.base import Policy
 from policy.latency import latency_preset
 
@@ -95,6 +95,9 @@ def _policies(cfg: ScaleConfig) -> dict[str, Policy]:
     return {p: out[p] for p in cfg.policies}
 
 
+_OVERFLOW = ("mailbox_full", "evicted")
+
+
 def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
     configs = [
         EpisodeConfig(
@@ -118,7 +121,12 @@ def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
     wall = time.perf_counter() - t0
     world_acts = [sum(1 for t in e.turns if t.kind == "world") for e in eps]
     channels = [max(1, len({ev.channel for ev in e.events if isinstance(ev, Posted)})) for e in eps]
-    times = {str(x): [time_to(e, x) for e in eps] for x in cfg.targets}
+    times = {f"{x:g}": [time_to(e, x) for e in eps] for x in cfg.targets}
+    # Overflow: messages lost to a full mailbox (refused, or pushed out unread); not those
+    # refused for an address that does not exist or may not be reached.
+    overflow = [
+        sum(1 for ev in e.events if isinstance(ev, Dropped) and ev.reason in _OVERFLOW) for e in eps
+    ]
     return ScaleRow(
         policy=name,
         agents=n,
@@ -148,7 +156,7 @@ def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
         posts_per_channel=float(
             np.mean([e.stats.posts / c for e, c in zip(eps, channels, strict=True)])
         ),
-        overflow_per_agent=float(np.mean([(e.stats.dropped + e.stats.evicted) / n for e in eps])),
+        overflow_per_agent=float(np.mean(overflow)) / n,
         batch_mean=conductor.batch_stats.mean,
         batch_largest=conductor.batch_stats.largest,
         turns_per_agent=float(np.mean([e.stats.turns / n for e in eps])),

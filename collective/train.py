@@ -313,6 +313,8 @@ class Learner:
             new_logp = torch.cat(new)
             ent = torch.cat(entropy)
             old = torch.tensor([x for s in chunk for x in s.logprobs], dtype=new_logp.dtype)
+            if not self.model.exact_logprobs:  # see policy.hf: a ratio against own logprobs
+                old = new_logp.detach()
             adv = torch.tensor([s.advantage for s in chunk for _ in s.tokens], dtype=new_logp.dtype)
             w = torch.tensor([s.weight for s in chunk for _ in s.tokens], dtype=new_logp.dtype)
             seq = torch.tensor([i for i, s in enumerate(chunk) for _ in s.tokens])

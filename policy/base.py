@@ -69,6 +69,9 @@ class TrainableModel(Protocol):
     serving backend can load them."""
 
     version: int
+    # Whether token_logprobs reproduces the sampler's distribution exactly (its mask included).
+    # Where it cannot, the learner takes the importance ratio against its own logprobs.
+    exact_logprobs: bool
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 

@@ -11,10 +11,12 @@ No grammar mask on this path. SGLang applies the action grammar on the server, s
 it returns are those of the *masked* distribution (its vocabulary mask is applied to the logits
 before sampling), while :meth:`HFModel.token_logprobs` scores the model's full softmax at the
 sampling temperature. Under the unmasked distribution a sampled token is never more likely than
-under the masked one, so the importance ratio starts at or below 1 (equal where the grammar
-allowed almost everything the model wanted anyway); the clipped ratio of the loss bounds the
-effect, and a policy that has learnt the action format puts nearly all its mass on valid tokens,
-where the two agree.
+under the masked one, so a ratio against SGLang's logprobs would start below 1, and where it fell
+below ``1 - clip`` the clipped loss would give a bad rollout's tokens no gradient at all. So this
+model says ``exact_logprobs = False`` and the learner takes the ratio against its own logprobs
+(value 1: the plain policy gradient; episodes older than ``max_staleness`` versions are dropped
+or down-weighted all the same). Entropy and KL are those of the unmasked distribution. Masking
+here as SGLang does (xgrammar over this tokenizer) would make the path exact; not done.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class HFModel:
 
     ``batch_size`` bounds how many samples go through the model in one forward pass.
     """
+
+    exact_logprobs = False  # SGLang's grammar mask is not reproduced here (module docstring)
 
     def __init__(
         self, model: Any, tokenizer: Any, *, version: int = 0, batch_size: int = 16

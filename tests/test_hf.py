@@ -16,6 +16,7 @@ import torch
 from hf_tiny import make_model, make_tokenizer
 
 from collective.actions import ActionSpace, ArgSpec, ToolSpec
+from collective.train import Learner, Sample, TrainConfig
 from policy.base import TrainableModel
 from policy.hf import HFModel
 from policy.hf_prompt import prompt_ids
@@ -117,6 +118,24 @@ def test_a_step_moves_the_sampled_tokens_the_advantages_way_and_survives_a_reloa
     assert after == pytest.approx(trained, abs=1e-4)  # the weights on disk are the trained ones
     for b, a in zip(before, after, strict=True):
         assert (a - b) * advantage > 0.05, (before, after)
+
+
+def test_the_learner_pushes_a_bad_rollout_down_though_the_server_masked_its_tokens(tokenizer):
+    """SGLang reports logprobs under its grammar mask (a forced token: logprob 0), which this
+    model's unmasked softmax cannot reproduce. A ratio against those would be far below
+    1 - clip, and the clipped loss would give a negative advantage no gradient; the learner
+    takes the ratio against the model's own logprobs instead, so the tokens still go down."""
+    model = HFModel(make_model(tokenizer), tokenizer)
+    outputs = sample(model)
+    before = total_logprobs(model, outputs)
+    masked = [[0.0] * len(o) for o in outputs]  # what a server with a tight grammar reports
+    samples = [
+        Sample(p, o, SPACE, lp, -1.0, 1.0, 0)
+        for p, o, lp in zip(PROMPTS, outputs, masked, strict=True)
+    ]
+    Learner(model, TrainConfig(learning_rate=3e-3)).step(samples)
+    after = total_logprobs(model, outputs)
+    assert all(a < b - 0.05 for a, b in zip(after, before, strict=True)), (before, after)
 
 
 def test_load_refuses_a_directory_without_a_model(tmp_path):

@@ -107,6 +107,7 @@ def test_format_then_parse_is_the_identity(action: tuple) -> None:
     ("text", "message"),
     [
         ("go 121 a", "n must be in -5..120"),
+        ("go " + "9" * 5000 + " a", "n must be in -5..120"),  # int() would raise ValueError
         ("go 1 c", "c must be one of ['a', 'b']"),
         ("go 1", "go takes 2 argument(s): go <n:-5..120> <c:a|b>"),
         ('say 1 "this is far too long"', "at most 12"),

@@ -79,6 +79,8 @@ class TinyModel:
     wants more intra-op threads sets them in its own thread.)
     """
 
+    exact_logprobs = True  # the learner recomputes the sampler's masked distribution
+
     def __init__(
         self,
         net: TinyTransformer,
