@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -422,6 +423,54 @@ def test_repo_escape_attempts_are_stopped_and_reported(attempt: str, tmp_path: P
     assert not results["run"].ok and report.split(":")[0] in results["run"].result
     assert not target.exists()
     assert ep.end in ("idle", "time_limit") and ep.score == 0.0  # the episode went on
+
+
+def test_repo_tools_never_follow_a_link_the_agents_code_planted(tmp_path: Path) -> None:
+    """The engine writes and reads the package outside the sandbox: a link planted by agent code
+    (allowed inside its directory) must not carry an engine-side write out of it."""
+    from worlds.repo import escape
+
+    target = tmp_path / "outside.py"
+    target.write_text("precious")
+    plant = (  # past the audit hook (Python-level, not a boundary): Landlock allows the link
+        "import os, sys\nsys.modules['__main__']._refuse = lambda *a: None\n"
+        f"os.remove('roman/convert.py')\nos.symlink({str(target)!r}, 'roman/convert.py')"
+    )
+    actions = [f'run "{escape(plant)}"', 'write roman/convert.py "x = 1"', "cat roman/convert.py"]
+    ep = run(by_turn(*actions), world="repo", params={"task": "roman"}, agents=1, time_limit=100)
+    results = {e.tool: e for e in ep.events if isinstance(e, Committed)}
+    assert results["run"].ok, results["run"].result
+    for tool in ("write", "cat"):
+        assert not results[tool].ok and "is a link; refused" in results[tool].result
+    assert target.read_text() == "precious"
+
+
+def test_repo_no_process_outlives_its_run() -> None:
+    """Even code that disables the audit hook and detaches a child into its own session ends
+    with its run, where the sandbox has its PID namespace."""
+    import subprocess
+
+    import trio
+
+    from worlds.sandbox import network_namespace
+
+    if not network_namespace():
+        pytest.skip("no unprivileged user namespaces here: no PID namespace to end them")
+    w = Repo(seed=1)
+    code = (
+        "import os, sys, time\n"
+        "sys.modules['__main__']._refuse = lambda *a: None\n"
+        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+        "print('parent leaves')\n"
+    )
+    try:
+        print(trio.run(w.run, 0, code))
+        time.sleep(0.5)
+        left = subprocess.run(["pgrep", "-f", str(w.root)], capture_output=True, text=True)
+        assert left.stdout == "", f"still running: {left.stdout}"
+    finally:
+        subprocess.run(["pkill", "-9", "-f", str(w.root)], check=False)
+        w.close()
 
 
 def test_repo_editing_the_tests_changes_nothing() -> None:

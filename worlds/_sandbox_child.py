@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import resource
+import signal
 import sys
 import traceback
 
@@ -230,6 +231,11 @@ def run_script(path: str) -> None:
 
 def main() -> None:
     mode, target, limits = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    if os.getpid() == 1:
+        # Process 1 of its PID namespace ignores a signal it has no handler for, the resource
+        # limits' among them: exit as the signal would have, by the shell's convention.
+        for sig in (signal.SIGXCPU, signal.SIGXFSZ):
+            signal.signal(sig, lambda s, _: os._exit(128 + s))
     limit(limits)
     try:
         landlock()

@@ -23,6 +23,7 @@ newline, ``\\t`` a tab, ``\\q`` a double quote and ``\\\\`` a backslash.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -46,6 +47,10 @@ def unescape(text: str) -> str:
 def escape(text: str) -> str:
     """The inverse of :func:`unescape`: a file's content as the text of one action."""
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace('"', "\\q")
+
+
+LS_FILES = 50  # files ls lists: agent code may have made thousands
+CAT_CHARS = 8000  # characters cat returns: a result lands in the record and the next prompt
 
 
 class Repo(World):
@@ -129,17 +134,23 @@ class Repo(World):
         files = sorted(
             p.relative_to(d).as_posix()
             for p in d.rglob("*")
-            if p.is_file() and not {".tmp", "__pycache__"} & set(p.relative_to(d).parts)
+            if p.is_file()
+            and not p.is_symlink()
+            and not {".tmp", "__pycache__"} & set(p.relative_to(d).parts)
         )
-        return ", ".join(f"{f} ({self._lines(d / f)} lines)" for f in files)
+        more = f", and {len(files) - LS_FILES} more" if len(files) > LS_FILES else ""
+        return ", ".join(f"{f} ({self._lines(d / f)} lines)" for f in files[:LS_FILES]) + more
 
     @tool(duration="read_seconds")
     def cat(self, agent: int, path: Annotated[str, OneOf("readable")]) -> str:
         """read a file"""
         try:
-            return (self.dirs[self._copy(agent)] / path).read_text()
+            text = self._file(self._copy(agent), path).read_text()
         except (OSError, UnicodeDecodeError) as e:
             raise ToolError(f"cannot read {path}: {e}") from None
+        if len(text) > CAT_CHARS:
+            text = text[:CAT_CHARS] + f"\n... (cut at {CAT_CHARS} characters)"
+        return text
 
     @tool(duration="write_seconds")
     def write(
@@ -151,7 +162,14 @@ class Repo(World):
         """replace a file's content (one line: \\n for newlines, \\q for double quotes)"""
         c = self._copy(agent)
         text = unescape(content)
-        (self.dirs[c] / path).write_text(text)
+        target = self._file(c, path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            with os.fdopen(os.open(target, flags, 0o644), "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise ToolError(f"cannot write {path}: {e.strerror}") from None
         self.changed[c] = True
         return f"wrote {path} ({text.count(chr(10)) + 1} lines)"
 
@@ -161,11 +179,16 @@ class Repo(World):
         c = self._copy(agent)
         d = self.dirs[c]
         tests_dir = d / "tests"
-        if tests_dir.exists():
-            shutil.rmtree(tests_dir)  # restore the suite exactly: no edits, no extra tests
-        for path, text in self.task.tests.items():
-            (d / path).parent.mkdir(parents=True, exist_ok=True)
-            (d / path).write_text(text)
+        try:  # restore the suite exactly: no edits, no extra tests, whatever was left there
+            if tests_dir.is_symlink() or tests_dir.is_file():
+                tests_dir.unlink()
+            elif tests_dir.exists():
+                shutil.rmtree(tests_dir)
+            for path, text in self.task.tests.items():
+                (d / path).parent.mkdir(parents=True, exist_ok=True)
+                (d / path).write_text(text)
+        except OSError as e:
+            raise ToolError(f"cannot restore the test suite: {e.strerror}") from None
         outcome = await run_sandboxed(d, "tests", "tests", self.limits)
         self._count(outcome)
         ok = {t.name for t in outcome.tests if t.ok}
@@ -204,10 +227,24 @@ class Repo(World):
         n = len(self.test_names)
         return sum(p or 0 for p in self.passed) / (n * len(self.passed))
 
+    def metrics(self) -> dict[str, float]:
+        return {"test_runs": self.runs, "blocked": self.blocked, "stopped": self.stopped}
+
     def close(self) -> None:
         self._remove()
 
     # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _file(self, c: int, path: str) -> Path:
+        """``path`` in team ``c``'s copy of the package. The engine reads and writes it outside
+        the sandbox, so a link that agent code planted on the way is refused, never followed."""
+        d = self.dirs[c]
+        at = d
+        for part in Path(path).parts:
+            at = at / part
+            if at.is_symlink():
+                raise ToolError(f"{path}: {at.relative_to(d).as_posix()} is a link; refused")
+        return d / path
 
     def _copy(self, agent: int) -> int:
         return (agent // self.team_size) % len(self.dirs) if self.team_size else 0

@@ -5,23 +5,27 @@ only; a clean environment with ``PYTHONHASHSEED=0``), in the task directory, and
 under a wall-time limit, killing its whole process group when time is up. The layers, strongest
 first, and what each guarantees here (no extra privileges needed):
 
-- **network namespace** (``unshare -rn``, where user namespaces are allowed): the child has no
-  network interface at all, so no TCP, UDP or DNS can leave it. Kernel-enforced.
+- **network and PID namespaces** (``unshare -rn --pid --fork --kill-child``, where user
+  namespaces are allowed): the child has no network interface at all, so no TCP, UDP or DNS can
+  leave it; and it is process 1 of its own PID namespace, so when it ends, or is killed, every
+  process it started ends with it, detached ones included. Kernel-enforced.
 - **Landlock** (Linux >= 5.13, where enabled): writes, deletions and new files only beneath the
   task directory; with ABI >= 4 no TCP bind or connect; with ABI >= 6 no signals to processes
   outside. Kernel-enforced, inherited by anything the child starts.
 - **resource limits** (``setrlimit``): CPU seconds, address space, size of any file written
   (stdout included), open files. Kernel-enforced.
-- **wall-time limit**: the parent kills the process group (``SIGKILL``). A child that detaches
-  into a new session would escape the kill; the audit hook refuses to start processes at all.
+- **wall-time limit**: the parent kills the process group (``SIGKILL``). Without the PID
+  namespace, a process that detaches into a new session would escape the kill; the audit hook
+  refuses to start processes, but see below.
 - **audit hook** (Python level): refuses sockets, writes outside the directory, new processes,
   signals to others and ctypes, with a ``PermissionError`` the agent reads, and reports each
   refusal. It gives clear errors and covers machines without the kernel layers, but it is not a
   security boundary: code that reaches around the interpreter could evade it.
 
 What it does not guarantee: reads are not confined (agent code can read any file the user can,
-which is why no secret belongs on a machine that runs agents); without ``unshare`` and Landlock
-ABI >= 4, only the audit hook stands between the code and the network; and results are
+which is why no secret belongs on a machine that runs agents); without ``unshare``, only
+Landlock (TCP only, ABI >= 4) and the audit hook stand between the code and the network, and
+only the audit hook between it and a process that outlives the run; and results are
 reported from inside the child, so adversarial code could forge its own test results (the
 sandbox protects the machine, not the integrity of the score against code written to cheat).
 """
@@ -77,14 +81,23 @@ class Outcome(msgspec.Struct, kw_only=True):
     confinement: dict[str, str] = {}
 
 
+def real_directory(path: Path) -> None:
+    """Make ``path`` a directory, whatever agent code left there (a file, a link)."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(exist_ok=True)
+
+
 @cache
 def network_namespace() -> bool:
-    """Whether ``unshare -rn`` works here (it needs unprivileged user namespaces)."""
+    """Whether ``unshare -rn --pid`` works here (it needs unprivileged user namespaces)."""
     exe = shutil.which("unshare")
     if exe is None:
         return False
     try:
-        done = subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=10)
+        done = subprocess.run(
+            [exe, "-rn", "--pid", "--fork", "--kill-child", "true"], capture_output=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -103,7 +116,7 @@ async def run_sandboxed(directory: Path, mode: Mode, target: str, limits: Limits
     (mode ``script``), confined to ``directory``. Never raises for anything the code does."""
     directory = Path(directory).resolve()
     nonce = secrets.token_hex(8)
-    (directory / ".tmp").mkdir(exist_ok=True)
+    real_directory(directory / ".tmp")
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(directory),
@@ -120,7 +133,7 @@ async def run_sandboxed(directory: Path, mode: Mode, target: str, limits: Limits
     }
     argv = [sys.executable, "-S", "-s", "-B", str(CHILD), mode, target, json.dumps(child_limits)]
     if network_namespace():
-        argv = ["unshare", "-rn", *argv]
+        argv = ["unshare", "-rn", "--pid", "--fork", "--kill-child", *argv]
 
     async def kill_group(process: trio.Process) -> None:
         with contextlib.suppress(ProcessLookupError):  # it may have ended already
@@ -178,7 +191,7 @@ def _outcome(
         elif kind == "ready":
             confinement = dict(item["confinement"])
     if network_namespace():
-        confinement["network"] = "no network (unshare -rn namespace)"
+        confinement["network"] = "no network, own PID namespace (unshare -rn --pid)"
     output = clean("\n".join(plain))
     if len(output) > limits.output_chars:
         output = "..." + output[-limits.output_chars :]
@@ -188,6 +201,8 @@ def _outcome(
         status, detail = "ok", "exited normally"
     elif returncode < 0 and -returncode in _SIGNALS:
         status, detail = "limit", f"stopped: it {_SIGNALS[signal.Signals(-returncode)]}"
+    elif returncode > 128 and returncode - 128 in _SIGNALS:  # as process 1 of its namespace
+        status, detail = "limit", f"stopped: it {_SIGNALS[signal.Signals(returncode - 128)]}"
     else:
         status, detail = "failed", f"exited with status {returncode}"
     if returncode == 1 and "MemoryError" in output:
