@@ -70,6 +70,7 @@ from policy.hf_prompt import load_tokenizer, prompt_ids
 
 Constraint = Literal["regex", "ebnf"]
 _SEED_MASK = (1 << 63) - 1  # SGLang keeps seeds in int64 tensors
+_MIN_TEMPERATURE = 1e-5  # SGLang treats lower temperatures as greedy decoding
 _LOGPROB_SLACK = 1e-3  # a logprob above this is not rounding, it is a broken answer
 
 
@@ -311,6 +312,12 @@ class SGLangPolicy:
     ) -> dict[str, Any]:
         params = []
         for r in batch:
+            if r.temperature < _MIN_TEMPERATURE:
+                raise PolicyError(
+                    f"SGLang server {self.url}: agent {r.agent} turn {r.turn} asks temperature "
+                    f"{r.temperature}; below {_MIN_TEMPERATURE} SGLang samples greedily and its "
+                    "logprobs are not the sampling distribution's"
+                )
             p: dict[str, Any] = {
                 "temperature": r.temperature,
                 "max_new_tokens": r.max_tokens,
@@ -379,6 +386,9 @@ class SGLangPolicy:
             raise bad(f"output_ids {item['output_ids']} differ from the logprob ids {ids}")
         if len(ids) > req.max_tokens:
             raise bad(f"{len(ids)} tokens, more than max_new_tokens={req.max_tokens}")
+        seen = meta.get("prompt_tokens")
+        if seen is not None and seen != n_prompt:  # e.g. a server run with --allow-auto-truncate
+            raise bad(f"the server read {seen} prompt tokens of the {n_prompt} sent (truncated?)")
         text = item.get("text")
         if not isinstance(text, str):
             text = tokenizer.decode(ids, skip_special_tokens=True)

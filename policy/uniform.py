@@ -3,7 +3,9 @@
 It picks a tool uniformly, then each argument uniformly within its domain; text arguments are a
 few words from the argument's suggested vocabulary. The log-probability of each decision is put
 on the first token of the span it produced (zeros elsewhere), so the per-token logprobs sum to
-the true log-probability of the whole action.
+the log-probability of the draws that made the action. That is the action's own log-probability
+except for text arguments, which several draws can spell alike (a word drawn and then dropped for
+length); nothing trains on this policy's logprobs, so the sum of the draws is what it reports.
 """
 
 from __future__ import annotations

@@ -204,6 +204,8 @@ class FakeSGLang:
             out[0]["meta_info"]["finish_reason"] = None
         if fault == "short-batch":
             out = out[:-1]
+        if fault == "truncated-prompt":  # as a server run with --allow-auto-truncate answers
+            out[0]["meta_info"]["prompt_tokens"] -= 3
         return 200, out
 
     def decode(self, prompt: list[int], p: dict[str, Any]) -> dict[str, Any]:

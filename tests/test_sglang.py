@@ -228,6 +228,7 @@ def test_malformed_json_is_an_error_naming_server_and_request(fake):
         ("positive-logprob", r"output_token_logprobs\[0\] is \[0.5"),
         ("ids-mismatch", "output_ids .* differ from the logprob ids"),
         ("unfinished", "finish_reason None"),
+        ("truncated-prompt", r"the server read \d+ prompt tokens of the \d+ sent"),
     ],
 )
 def test_an_answer_not_of_the_documented_shape_is_an_error(fake, fault, why):
@@ -265,6 +266,13 @@ def test_a_prompt_aborted_every_time_is_an_error_and_a_refused_one_is_not_retrie
     fake.faults = ["refuse-first"]
     with pytest.raises(PolicyError, match=r"agent 0 turn 0: the server refused it: 'Invalid"):
         trio.run(client(fake.url).generate, requests(2))
+
+
+def test_a_near_greedy_temperature_is_refused_before_anything_is_sent(fake):
+    reqs = [msgspec.structs.replace(r, temperature=1e-6) for r in requests(1)]
+    with pytest.raises(PolicyError, match="temperature 1e-06; below 1e-05 SGLang samples greedily"):
+        trio.run(client(fake.url).generate, reqs)
+    assert fake.posts("/generate") == []
 
 
 def test_bad_arguments_are_refused_early():
