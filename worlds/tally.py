@@ -20,6 +20,8 @@ class Tally(World):
 
     def __init__(self, n_agents: int = 1, seed: int = 0, target: int = 0) -> None:
         super().__init__(n_agents, seed)
+        if target < 0:
+            raise ValueError(f"Tally: target must be >= 0 (0: 10 per agent), got {target}")
         self.target = target or 10 * n_agents  # scales with the collective
         self.count = 0
         self.labels = ("red", "green", "blue")
