@@ -445,6 +445,28 @@ def test_repo_tools_never_follow_a_link_the_agents_code_planted(tmp_path: Path) 
     assert target.read_text() == "precious"
 
 
+def test_repo_a_team_copy_cannot_fill_the_disk() -> None:
+    import trio
+
+    w = Repo(seed=1, task="roman", disk_mb=1)
+    code = (
+        "import os\nos.makedirs('junk')\n"
+        "for i in range(3):\n    open(f'junk/{i}', 'w').write('x' * 500_000)\n"
+    )
+    try:
+        with pytest.raises(
+            ToolError, match="blocked: filling the disk: the package grew past 1 MB"
+        ):
+            trio.run(w.run, 0, code)
+        d = w.dirs[0]
+        assert not any((d / "junk").iterdir()), "what the task does not have is gone"
+        assert all((d / path).is_file() for path in w.readable), "the task's own files stay"
+        assert w.metrics()["blocked"] == 1
+        assert trio.run(w.run, 0, "print('still works')").strip() == "still works"
+    finally:
+        w.close()
+
+
 def test_repo_no_process_outlives_its_run() -> None:
     """Even code that disables the audit hook and detaches a child into its own session ends
     with its run, where the sandbox has its PID namespace."""

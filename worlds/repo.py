@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import tempfile
 import weakref
 from pathlib import Path
@@ -69,18 +70,22 @@ class Repo(World):
         wall_seconds: float = 10.0,
         cpu_seconds: int = 5,
         memory_mb: int = 512,
+        disk_mb: int = 64,
     ) -> None:
         """``task`` names a variant (``roman``, ``intervals``, ``textstats``, ``rpn``; by default
         the seed picks one); ``team_size`` agents share one copy of it (0: everyone shares one);
         the ``*_seconds`` are simulated durations of the tools; ``wall_seconds``,
-        ``cpu_seconds`` and ``memory_mb`` limit each real run."""
+        ``cpu_seconds`` and ``memory_mb`` limit each real run, ``disk_mb`` what a team's copy
+        of the package may hold."""
         super().__init__(n_agents, seed)
         names = [t.name for t in TASKS]
         if task and task not in names:
             raise ValueError(f"Repo: unknown task {task!r}; tasks are: {', '.join(names)}")
         if team_size < 0:
             raise ValueError(f"Repo: team_size must be >= 0, got {team_size}")
-        for name, value in (("wall_seconds", wall_seconds), ("cpu_seconds", cpu_seconds)):
+        knobs = {"wall_seconds": wall_seconds, "cpu_seconds": cpu_seconds}
+        knobs |= {"memory_mb": memory_mb, "disk_mb": disk_mb}
+        for name, value in knobs.items():
             if not value > 0:
                 raise ValueError(f"Repo: {name} must be > 0, got {value}")
         self.task: Task = TASKS[names.index(task)] if task else TASKS[seed % len(TASKS)]
@@ -89,6 +94,7 @@ class Repo(World):
         self.limits = Limits(
             wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb
         )
+        self.disk_mb = disk_mb
         self.team_size = team_size
         copies = -(-n_agents // team_size) if team_size else 1
         self.editable = tuple(self.task.files)
@@ -190,6 +196,7 @@ class Repo(World):
         except OSError as e:
             raise ToolError(f"cannot restore the test suite: {e.strerror}") from None
         outcome = await run_sandboxed(d, "tests", "tests", self.limits)
+        self._keep_within_disk(c, outcome)
         self._count(outcome)
         ok = {t.name for t in outcome.tests if t.ok}
         passed = sum(1 for name in self.test_names if name in ok)
@@ -212,14 +219,14 @@ class Repo(World):
         """run a Python snippet in the package directory and see its output"""
         snippet = self.root / "snippets" / f"agent{agent}.py"
         snippet.write_text(unescape(code))
-        outcome = await run_sandboxed(
-            self.dirs[self._copy(agent)], "script", str(snippet), self.limits
-        )
+        c = self._copy(agent)
+        outcome = await run_sandboxed(self.dirs[c], "script", str(snippet), self.limits)
+        self._keep_within_disk(c, outcome)
         self._count(outcome)
         head = "" if outcome.status == "ok" else outcome.detail
         blocked = "".join(f"\nblocked: {b}" for b in outcome.blocked)
         result = "\n".join(x for x in (head, outcome.output) if x) + blocked
-        if outcome.status != "ok":
+        if outcome.status != "ok" or outcome.blocked:
             raise ToolError(result)
         return result or "(no output)"
 
@@ -245,6 +252,26 @@ class Repo(World):
             if at.is_symlink():
                 raise ToolError(f"{path}: {at.relative_to(d).as_posix()} is a link; refused")
         return d / path
+
+    def _keep_within_disk(self, c: int, outcome: Outcome) -> None:
+        """Each file agent code writes is capped, their number is not: when team ``c``'s copy
+        grows past ``disk_mb``, every file the task does not have goes, and the run reports it.
+        (``os.walk`` without following links: nothing outside the copy is ever touched.)"""
+        d = self.dirs[c]
+        files = [Path(top) / name for top, _, names in os.walk(d) for name in names]
+        regular = [(p, p.lstat()) for p in files]
+        regular = [(p, st) for p, st in regular if stat.S_ISREG(st.st_mode)]
+        if sum(st.st_size for _, st in regular) <= self.disk_mb * 2**20:
+            return
+        own = {d / path for path in self.readable}
+        for p in files:
+            if p not in own:
+                p.unlink(missing_ok=True)
+        outcome.blocked = [
+            *outcome.blocked,
+            f"filling the disk: the package grew past {self.disk_mb} MB; "
+            "the files the task does not have were removed",
+        ]
 
     def _copy(self, agent: int) -> int:
         return (agent // self.team_size) % len(self.dirs) if self.team_size else 0
