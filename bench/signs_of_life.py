@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from collective import EpisodeConfig, run_episodes  # noqa: E402
+from collective.plots import useful_work_lines  # noqa: E402
 from collective.train import TrainConfig, bucket, load_config, read_metrics, train  # noqa: E402
 from policy.latency import latency_preset  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
@@ -282,17 +283,12 @@ def plots(
 
     main = read_metrics(runs["workshop"])
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for b in ("solo", "2", "3", "4", "5-8"):
-        pts = [(m.step, m.useful_rel[b]) for m in main if b in m.useful_rel]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker=".", label=b)
-    ax.axhline(1, color="grey", ls=":", lw=0.8)
+    useful_work_lines(ax, main)
     ax.set(
         xlabel="training step",
         ylabel="useful tokens per rollout / environment average",
         title="1. Useful work by team size (workshop, CEO budgets)",
     )
-    ax.legend(title="team")
     save(fig, "useful_work.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from collective.train import TEAM_BUCKETS, read_metrics
+from collective.train import TEAM_BUCKETS, StepMetrics, read_metrics
 
 
 def _pyplot():  # matplotlib is an optional extra; import it only when drawing
@@ -14,6 +16,16 @@ def _pyplot():  # matplotlib is an optional extra; import it only when drawing
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def useful_work_lines(ax: Any, rows: Sequence[StepMetrics]) -> None:
+    """One line per team size: useful work per rollout over the running average, by step."""
+    for b in TEAM_BUCKETS:
+        pts = [(r.step, r.useful_rel[b]) for r in rows if b in r.useful_rel]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker=".", label=b)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.legend(title="team")
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:
@@ -52,17 +64,12 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     save(fig, "returns.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for b in TEAM_BUCKETS:
-        pts = [(r.step, r.useful_rel[b]) for r in rows if b in r.useful_rel]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker=".", label=b)
-    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    useful_work_lines(ax, rows)
     ax.set(
         xlabel="step",
         ylabel="useful tokens / average rollout",
         title="Useful work relative to the average rollout, by team size",
     )
-    ax.legend(title="team")
     save(fig, "useful_work.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
