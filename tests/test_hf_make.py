@@ -14,6 +14,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
+import pytest
 from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,17 +86,19 @@ def test_same_seed_same_bytes_other_seed_other_weights(tiny_lm, tmp_path):  # no
     assert other["model.safetensors"] != digest(tiny_lm)["model.safetensors"]
 
 
-def test_the_command_line_builds_one_and_refuses_to_overwrite(tmp_path):
+def test_the_command_line_builds_one_and_refuses_to_overwrite(tmp_path, capsys):
+    from collective.cli import main
+
     cli = [sys.executable, "-m", "collective.cli", "make-model", "tiny-lm"]
     r = subprocess.run([*cli, str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["model"] == str(tmp_path / "m") and 1_000_000 < out["parameters"] < 10_000_000
-    r = subprocess.run([*cli, str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
+    assert main(["make-model", "tiny-lm", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"collective make-model: error: {tmp_path / 'm'} exists and is not empty "
         "(pick a new directory)"
     ]
-    r = subprocess.run([*cli[:-1], "gpt5", str(tmp_path / "x")], capture_output=True, text=True)
-    assert r.returncode == 2 and "invalid choice: 'gpt5'" in r.stderr
+    with pytest.raises(SystemExit):
+        main(["make-model", "gpt5", str(tmp_path / "x")])
+    assert "invalid choice: 'gpt5'" in capsys.readouterr().err

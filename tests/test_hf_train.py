@@ -31,13 +31,13 @@ def _set(key: str, value: object) -> str:
 
 @pytest.mark.timeout(600)
 def test_the_llm_recipe_learns_and_its_checkpoint_runs_and_replays(tmp_path: Path) -> None:
-    """llm-cpu.toml cut to 18 steps (about two minutes on 2 cores), from a clean start: the
+    """llm-cpu.toml cut to 16 steps (under two minutes on 2 cores), from a clean start: the
     model directory is absent, so it is built first. The first step is on-policy (episodes of
     version 0, learner at version 0): its importance ratio must be 1 within 1e-4. The mean
     return of the last four steps must beat the first four's by MARGIN."""
-    MARGIN = 0.25  # measured: first four 0.27, last four 0.86 (seed 0)
+    MARGIN = 0.25  # measured: first four 0.31, last four 0.76 (seed 0)
     model_dir = tmp_path / "models" / "tiny-lm"
-    cfg = load_config(CONFIG, ["steps=18", _set("hf_model", str(model_dir)), "plots=false"])
+    cfg = load_config(CONFIG, ["steps=16", _set("hf_model", str(model_dir)), "plots=false"])
     rows = train(cfg, tmp_path / "run", progress=False)
     assert (model_dir / "config.json").is_file(), "hf_build made the model directory"
     assert rows[0].ratio_mean == pytest.approx(1.0, abs=1e-4)
