@@ -16,7 +16,7 @@ import msgspec
 from collective.actions import ActionSpace
 from policy.latency import DEFAULT_PRESET, PRESETS, LatencyModel
 
-FORMAT = 1
+FORMAT = 2
 
 ClockMode = Literal["virtual", "hybrid", "real"]
 Overflow = Literal["drop_newest", "drop_oldest"]
@@ -190,6 +190,10 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Answers to requests asked before this time land at their recorded times, as measured on
     # the wall clock: a replayed real-clock episode, or the prefix of a fork of one.
     recorded_answers_until: float = 0.0
+    # What the turns' token ids mean: "bytes" (the byte-level tokenizer of the tiny, random and
+    # scripted policies), so replay checks that each turn's ids spell its text; "" when the
+    # policy did not say (then only the ids' count and logprobs are checked).
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         checks = [
