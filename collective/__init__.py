@@ -5,7 +5,6 @@ there); time moves only in ``collective.conductor``; the collective advantage is
 ``collective.train``.
 """
 
-import collective.log  # noqa: F401  (quiet structlog unless the application configured it)
 from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
 from collective.actor import Actor, Fired, default_program
 from collective.conductor import Conductor, run_episode, run_episodes

@@ -26,15 +26,15 @@ from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import msgspec
-import structlog
 import trio
 
 from collective.actor import Actor, Program, default_program
 from collective.episode import LiveEpisode, Replay
+from collective.log import get_logger
 from collective.records import Episode, EpisodeConfig
 from policy.base import Policy, PolicyError, PolicyRequest
 
-log = structlog.get_logger("collective.conductor")
+log = get_logger("collective.conductor")
 
 
 class BatchStats(msgspec.Struct, kw_only=True):

@@ -18,12 +18,12 @@ from collections import deque
 from typing import Any
 
 import outcome
-import structlog
 import trio
 
 from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
 from collective.actor import THINK, Actor, Fired, Program, prompt_digest
 from collective.comms import Archive, Channel, Message
+from collective.log import get_logger
 from collective.organisation import make_organisation
 from collective.records import (
     Asked,
@@ -51,7 +51,7 @@ from collective.registry import make_world
 from collective.world import ToolError, World
 from policy.base import PolicyRequest, PolicyResponse
 
-log = structlog.get_logger("collective.episode")
+log = get_logger("collective.episode")
 
 # Priorities of heap entries that fall on the same instant: answers first, then effects, then
 # plain resumptions, then timers, so a message landing at t wakes a waiter before its timeout.
