@@ -20,7 +20,12 @@ BUMPS = f"{Path(__file__).parent / 'fragile.py'}:Bumps"
 
 
 def run(script: object, **cfg: object) -> Episode:
-    """Run one episode with a scripted policy (a function of the request) or a given policy."""
+    """Run one episode with a scripted policy (a function of the request) or a given policy.
+
+    Scripts write whole actions, a file of the repo world (up to 4,000 characters, a token a
+    byte) included, so answers may be that long unless a test sets ``max_output_tokens``: past
+    it an answer is an invalid action."""
+    cfg.setdefault("max_output_tokens", 4096)
     policy = ScriptedPolicy(script) if callable(script) else script  # type: ignore[arg-type]
     return run_episode(EpisodeConfig(**cfg), policy)  # type: ignore[arg-type]
 

@@ -539,7 +539,7 @@ def test_the_guide_example_is_short_runs_and_replays(tmp_path: Path) -> None:
     assert len((ROOT / "examples" / "garden.py").read_text().splitlines()) < 60
     out = tmp_path / "garden.msgpack"
     assert main(["run", GARDEN, "--agents", "3", "--out", str(out)]) == 0
-    assert main(["replay", str(out)]) == 0
+    assert main(["replay", str(out), "--world", GARDEN]) == 0  # a file's world: named again
     guide = (ROOT / "docs" / "writing-a-world.md").read_text()
     assert "collective run examples/garden.py:Garden" in guide
     assert "collective train configs/quick.toml --set world=examples/garden.py:Garden" in guide
