@@ -6,6 +6,9 @@ from pathlib import Path
 
 from hypothesis import settings
 
+# A test stopped by pytest-timeout inside trio.run must not break the tests after it.
+from trio_timeouts import pytest_runtest_call  # noqa: F401  (a hook: pytest finds it here)
+
 from collective import EpisodeConfig, run_episode
 from collective.records import Episode
 from policy.base import PolicyRequest
