@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from worlds.repo import Repo, escape
 from worlds.repo_checks import judge, same, suite
 from worlds.repo_tasks import TASKS
 from worlds.sandbox import (
+    SCRATCH,
     UNSHARE,
     Limits,
     Outcome,
@@ -599,14 +601,24 @@ sys.path.insert(0, {root!r})
 from worlds.repo import Repo
 w = Repo(task="rpn", allow_without_namespaces=True)
 print(w.root, flush=True)
-trio.run(w.run, 0, "import time\\ntime.sleep(60)")
+trio.run(w.run, 0, "import time\\ntime.sleep(60)  # {token}")
 """
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:  # another user's, or one being removed
+        return ""
 
 
 def test_a_killed_runs_folders_and_processes_are_removed_at_the_next_start() -> None:
     root = str(Path(__file__).resolve().parent.parent)
+    token = f"killed-{os.getpid()}-{time.monotonic_ns()}"
     engine = subprocess.Popen(
-        [sys.executable, "-c", _KILLED.format(root=root)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _KILLED.format(root=root, token=token)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert engine.stdout is not None
     folder = Path(engine.stdout.readline().strip())
@@ -621,6 +633,10 @@ def test_a_killed_runs_folders_and_processes_are_removed_at_the_next_start() -> 
         assert folder.is_dir() and survivors(folder), "what a kill -9 leaves"
         removed = sweep("collective-repo-")
         assert folder in removed and not folder.exists() and survivors(folder) == []
+        scratch = [  # the killed run's own: its input is the snippet
+            p for p in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*") if token in _text(p / "in")
+        ]
+        assert len(scratch) == 1 and scratch[0] in sweep(SCRATCH) and not scratch[0].exists()
         assert mine.path.is_dir() and mine.path not in removed
     finally:
         mine.remove()
