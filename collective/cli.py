@@ -259,7 +259,7 @@ def cmd_trace(a: argparse.Namespace) -> int:
             f"{WARN_AGENTS:,}: keep fewer with --agents 0-99",
             file=sys.stderr,
         )
-    w = write_trace(ep, out, keep, real=a.real)
+    w = write_trace(ep, out, keep, real=a.real, progress=len(ep.events) > 200_000)
     if w.bytes > WARN_BYTES:
         print(
             f"trace: warning: {w.bytes / 2**20:.0f} MB written; chrome://tracing cannot open JSON "

@@ -18,12 +18,13 @@ in the record, and drawing one arrow per subscriber would be quadratic).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from collective.organisation import PRIMITIVES
 from collective.records import (
+    AnyEvent,
     Asked,
     Began,
     Committed,
@@ -146,8 +147,10 @@ def _arg(text: str) -> str:
     return rest.strip().strip('"')
 
 
-def activity(ep: Episode) -> Iterator[Item]:
-    """The episode's spans, marks, arrows and counters, in log order (see the module doc)."""
+def activity(ep: Episode, events: Iterable[AnyEvent] | None = None) -> Iterator[Item]:
+    """The episode's spans, marks, arrows and counters, in log order (see the module doc).
+
+    ``events``: the episode's events as they should be read (a progress bar wrapping them)."""
     turns: dict[tuple[int, int], Turn] = {(tr.agent, tr.turn): tr for tr in ep.turns}
     agents: dict[int, _Agent] = {}
     sent: dict[int, Sent] = {}  # messages sent, before they are delivered or dropped
@@ -185,7 +188,7 @@ def activity(ep: Episode) -> Iterator[Item]:
         while a.stack:
             yield close(agent, t, {"cut": reason} if len(a.stack) > 1 else {"end": reason})
 
-    for e in ep.events:
+    for e in ep.events if events is None else events:
         if isinstance(e, Spawned):
             agents[e.agent] = _Agent(e.role, [(LIFE, f"agent {e.agent}")])
             yield Open(e.agent, e.t, LIFE, f"agent {e.agent}", {"role": e.role, "hired_by": e.by})

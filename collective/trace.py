@@ -115,14 +115,14 @@ def _us(t: float) -> float:
 
 
 def trace_events(
-    ep: Episode, keep: Container[int] | None = None, real: bool = False
+    ep: Episode, keep: Container[int] | None = None, real: bool = False, progress: bool = False
 ) -> Iterator[dict[str, Any]]:
     """The episode as trace events, in an order viewers read correctly (see the module doc).
 
     ``keep``: the agent ids to give tracks (None: all). Arrows to or from an agent not kept are
     left out, and so are its posts, reads, puts and searches; the batches and the score stay
-    whole. ``real``: use the
-    recorded wall-clock times (only ``clock = "real"`` episodes have them)."""
+    whole. ``real``: use the recorded wall-clock times (only ``clock = "real"`` episodes have
+    them). ``progress``: a progress bar over the episode's events (for long ones)."""
     if real and (why := no_wall_clock(ep)) is not None:
         raise ValueError(why)
 
@@ -162,7 +162,10 @@ def trace_events(
         yield batch
 
     boards: dict[str, int] = {}
-    for item in activity(ep):
+    from tqdm import tqdm
+
+    events = tqdm(ep.events, disable=not progress, unit="event", desc="trace", dynamic_ncols=True)
+    for item in activity(ep, events):
         if isinstance(item, Open | Close | Mark | Depth) and not shown(item.agent):
             continue
         match item:
@@ -228,6 +231,7 @@ def write_trace(
     out: str | Path | IO[bytes],
     keep: Container[int] | None = None,
     real: bool = False,
+    progress: bool = False,
 ) -> Written:
     """Stream the episode's trace into ``out`` (a path, written atomically, or a binary file)."""
     if real and (why := no_wall_clock(ep)) is not None:
@@ -264,7 +268,7 @@ def write_trace(
         f.write(head)
         size = len(head)
         first = True
-        for ev in trace_events(ep, keep, real):
+        for ev in trace_events(ep, keep, real, progress):
             line = encode(ev) if first else b",\n" + encode(ev)
             first = False
             f.write(line)
