@@ -263,7 +263,9 @@ class FakeSGLang:
         return self
 
     def stop(self) -> None:
-        """Stop answering and close the listening socket: a server gone, connections refused."""
+        """Close the listening socket: a server gone, new connections refused (one a client
+        keeps open is served until the client closes it; this project's client opens new ones
+        for every batch)."""
         self.httpd.shutdown()
         self.httpd.server_close()
 

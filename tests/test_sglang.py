@@ -11,6 +11,7 @@ stand-in numbers).
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import trio
 from hf_tiny import make_model, make_tokenizer
 from sglang_fake import FakeSGLang, stand_in_logprob
 
+from collective import log as logsetup
 from collective.actions import ActionSpace, ArgSpec, ToolSpec, parse_action
 from collective.cli import main as cli_main
 from collective.records import load_episode
@@ -344,7 +346,7 @@ def test_a_near_greedy_temperature_is_refused_before_anything_is_sent(fake):
 # -- seeds, keys, start-up, older servers -------------------------------------------------------
 
 
-def test_seeds_are_refused_to_a_server_that_would_ignore_them(model_dir):
+def test_seeds_are_refused_to_a_server_that_would_ignore_them(model_dir, fake):
     plain = FakeSGLang(model_dir).start()  # started without --enable-deterministic-inference
     try:
         with pytest.raises(PolicyError) as e:
@@ -354,18 +356,20 @@ def test_seeds_are_refused_to_a_server_that_would_ignore_them(model_dir):
         )
         assert "enable_deterministic_inference=False" in str(e.value)
         assert plain.posts("/generate") == []
-        # What it would have done: the same seeded request twice, two different answers.
-        body = trio.run(client(plain.url, seeded=False).generate, requests(1))
-        seeded = {"sampling_params": {"regex": action_regex(SPACE), "sampling_seed": 5}}
-        texts = {
-            httpx.post(plain.url + "/generate", json={"input_ids": [[1]] * 8, **seeded}).text
-            for _ in range(2)
-        }
-        assert body and len(texts) == 2
+
+        # What it would have done: eight copies of one seeded prompt get different answers
+        # (the deterministic server answers all eight alike).
+        def answers(server: FakeSGLang) -> set[tuple[int, ...]]:
+            params = {"regex": action_regex(SPACE), "sampling_seed": 5}
+            body = {"input_ids": [[1, 2]] * 8, "sampling_params": params}
+            items = httpx.post(server.url + "/generate", json=body).json()
+            return {tuple(item["output_ids"]) for item in items}
+
+        assert len(answers(plain)) > 1 and len(answers(fake)) == 1
         # seeds=off sends none, and says so.
         with structlog.testing.capture_logs() as logs:
             policy = policy_from_spec(f"{plain.url} seeds=off")
-            trio.run(policy.generate, requests(2))
+            assert len(trio.run(policy.generate, requests(2))) == 2
         assert "sampling_seed" not in plain.posts("/generate")[-1]["sampling_params"][0]
         assert any("seeds are off" in entry["event"] for entry in logs)
     finally:
@@ -531,6 +535,21 @@ def test_a_lost_server_has_its_requests_answered_by_the_others(fleet, fake):
         s.stop()
     with pytest.raises(PolicyError, match=r"no server is left for 7 request\(s\).*ConnectError"):
         trio.run(policy.generate, reqs)
+
+
+def test_the_loss_is_written_to_stderr_even_if_logging_was_set_up_on_another(fleet, capsys):
+    held, real = io.StringIO(), sys.stderr
+    sys.stderr = held  # as a test runner holds it while the command line sets up logging
+    logsetup.configure(0)
+    sys.stderr = real
+    held.close()
+    policy = client([s.url for s in fleet])
+    trio.run(policy.generate, requests(1))  # all three were ready
+    fleet[0].stop()
+    trio.run(policy.generate, requests(3))
+    err = capsys.readouterr().err
+    assert "SGLang server lost; its requests go to the others" in err
+    assert f"server={fleet[0].url}" in err and "requests_moved=1" in err
 
 
 def test_an_update_reaches_every_server_and_a_refusal_names_its_server(fleet, weights, tmp_path):
