@@ -19,6 +19,8 @@ from collective.records import (
     save_episode,
 )
 from collective.registry import resolve_world
+from collective.swimlane import draw_timeline
+from collective.trace import write_trace
 from collective.world import OneOf, Range, Text, ToolError, World, tool
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "Turn",
     "World",
     "default_program",
+    "draw_timeline",
     "load_episode",
     "make_organisation",
     "parse_action",
@@ -50,4 +53,5 @@ __all__ = [
     "run_episodes",
     "save_episode",
     "tool",
+    "write_trace",
 ]

@@ -35,6 +35,7 @@ import trio
 
 from collective.actions import ActionSpace
 from collective.conductor import Conductor
+from collective.loggers import RunLogger, check_logger, open_logger
 from collective.organisation import PRIMITIVES, make_organisation
 from collective.records import (
     Committed,
@@ -100,6 +101,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     snapshot_every: int = 25  # keep checkpoints/step-N.pt every N steps (latest.pt: always)
     keep_episodes: bool = True  # keep every episode file (False: delete once consumed)
     plots: bool = True
+    logger: Literal["none", "tensorboard", "wandb"] = "none"  # also log to TensorBoard or W&B
 
     def __post_init__(self) -> None:
         checks = [
@@ -686,6 +688,7 @@ def train(
     simulate an interruption). Returns the metrics of the steps run now."""
     from collective.backend import make_backend
 
+    check_logger(cfg.logger)  # a missing extra fails here, before anything is written
     run_dir = Path(run_dir)
     if resume:
         if not (run_dir / "config.toml").exists():
@@ -720,6 +723,8 @@ def train(
         _write_lines(run_dir / name, _lines_before(run_dir / name, state.step))
     if state.step >= cfg.steps:
         return []
+    schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)]
+    logger = open_logger(cfg.logger, cfg, run_dir, state.step, schedule)
     return trio.run(
         _train,
         cfg,
@@ -732,6 +737,7 @@ def train(
         serving_weights,
         progress,
         stop_after,
+        logger,
     )
 
 
@@ -746,6 +752,7 @@ async def _train(
     serving_weights: dict[int, Any],
     progress: bool,
     stop_after: int | None,
+    logger: RunLogger | None,
 ) -> list[StepMetrics]:
     from tqdm import tqdm
 
@@ -822,6 +829,8 @@ async def _train(
             ledger = Ledger(step, kept, [n for n in names if n not in kept])
             with (run_dir / "metrics.jsonl").open("ab") as f:
                 f.write(msgspec.json.encode(metrics) + b"\n")
+            if logger is not None:  # the same line, to TensorBoard or W&B
+                logger.log(step, msgspec.to_builtins(metrics))
             with (run_dir / "ledger.jsonl").open("ab") as f:
                 f.write(msgspec.json.encode(ledger) + b"\n")
             state.step = step + 1
@@ -837,6 +846,8 @@ async def _train(
                 break
         nursery.cancel_scope.cancel()
     bar.close()
+    if logger is not None:  # (TensorBoard was flushed at every step; W&B also finishes at exit)
+        logger.close()
     await backend.aclose()
     if cfg.plots:
         from collective.plots import plot_run
