@@ -12,7 +12,9 @@ def configure(verbosity: int = 0) -> None:
     level = logging.DEBUG if verbosity > 0 else logging.WARNING
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # sys.stderr as it is when a line is written, not when this ran: whoever replaced it since
+        # (a test runner capturing output) may have closed the old one.
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S"),
