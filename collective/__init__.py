@@ -18,6 +18,8 @@ from collective.records import (
     save_episode,
 )
 from collective.registry import resolve_world
+from collective.swimlane import draw_timeline
+from collective.trace import write_trace
 from collective.world import OneOf, Range, Text, ToolError, World, tool
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "Turn",
     "World",
     "default_program",
+    "draw_timeline",
     "load_episode",
     "make_organisation",
     "parse_action",
@@ -49,4 +52,5 @@ __all__ = [
     "run_episodes",
     "save_episode",
     "tool",
+    "write_trace",
 ]

@@ -269,6 +269,19 @@ def describe(e: Any, exact: bool = False) -> str:
 @command
 def cmd_show(a: argparse.Namespace) -> int:
     ep = load_episode(a.episode)
+    if a.png:
+        from collective.swimlane import MAX_LANES, draw_timeline
+
+        check_file(a.png, "--png")
+
+        print(draw_timeline(ep, a.png))
+        if ep.config.agents + ep.stats.hires > MAX_LANES:  # every agent that ever lived
+            print(
+                f"show: only the first {MAX_LANES} agents have lanes; "
+                "`collective trace` shows every agent",
+                file=sys.stderr,
+            )
+        return 0
     c = ep.config
     print(
         f"# {c.world} {c.params or ''} agents={c.agents} org={c.org} world_seed={c.world_seed} "
@@ -290,6 +303,32 @@ def cmd_show(a: argparse.Namespace) -> int:
         f"# score {ep.score:.4f} after {ep.duration:.1f}s simulated ({ep.end}); "
         f"{ep.stats.turns} turns, {ep.stats.output_tokens} tokens, {ep.stats.sent} messages"
     )
+    return 0
+
+
+@command
+def cmd_trace(a: argparse.Namespace) -> int:
+    from collective.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
+
+    ep = load_episode(a.episode)
+    keep = parse_agents(a.agents) if a.agents else None
+    out = check_file(a.out or Path(a.episode).with_suffix(".trace.json"), "--out")
+    tracks = agents_in(ep, keep)
+    if tracks > WARN_AGENTS:
+        print(
+            f"trace: warning: {tracks} agent tracks; viewers slow down past about "
+            f"{WARN_AGENTS:,}: keep fewer with --agents 0-99",
+            file=sys.stderr,
+        )
+    w = write_trace(ep, out, keep, real=a.real, progress=len(ep.events) > 200_000)
+    if w.bytes > WARN_BYTES:
+        print(
+            f"trace: warning: {w.bytes / 2**20:.0f} MB written; chrome://tracing cannot open JSON "
+            f"over about 512 MB and the Perfetto UI loads large JSON slowly: keep fewer agents "
+            f"with --agents",
+            file=sys.stderr,
+        )
+    print(json.dumps(msgspec.structs.asdict(w)))
     return 0
 
 
@@ -512,6 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--agent", type=int, default=None, help="only this agent's events")
     s.add_argument("--all", action="store_true", help="also thinking starts and deliveries")
     s.add_argument("--limit", type=int, default=0, help="at most this many lines")
+    s.add_argument("--png", metavar="PATH", help="draw the swimlane picture here instead")
 
     t = sub.add_parser("train", help="train the tiny policy with RLCR")
     t.add_argument("config", nargs="?", help="a TOML config, e.g. configs/quick.toml")
@@ -552,6 +592,14 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("experiment", help="run a packaged experiment")
     ex.add_argument("name", choices=["signs-of-life"])
     ex.add_argument("args", nargs=argparse.REMAINDER, help="passed on (e.g. --quick)")
+
+    tr = sub.add_parser("trace", help="an episode as a trace for Perfetto or chrome://tracing")
+    tr.add_argument("episode")
+    tr.add_argument("--out", help="the trace JSON to write (default: EPISODE.trace.json)")
+    tr.add_argument("--agents", help="only these agents' tracks, e.g. 0-9,42")
+    tr.add_argument(
+        "--real", action="store_true", help="wall-clock times (episodes run with --clock real)"
+    )
 
     d = sub.add_parser("diff", help="the first divergence between two episodes")
     d.add_argument("a")

@@ -45,9 +45,21 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def configure(verbosity: int = 0) -> None:
-    """The command line's logging: one line per event on stderr; debug with ``-v``."""
+    """The command line's logging: one line per event on stderr; debug with ``-v``. Loggers
+    made with plain ``structlog.get_logger`` are routed the same way."""
+    level = logging.DEBUG if verbosity > 0 else logging.WARNING
     handler = _Stderr()
     handler.setFormatter(logging.Formatter("%(message)s"))
-    logging.basicConfig(
-        level=logging.DEBUG if verbosity > 0 else logging.WARNING, handlers=[handler], force=True
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        # sys.stderr as it is when a line is written: a test runner may have closed the old one.
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.processors.format_exc_info,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        cache_logger_on_first_use=False,
     )

@@ -37,6 +37,7 @@ import trio
 
 from collective.actions import ActionSpace
 from collective.conductor import Conductor
+from collective.loggers import RunLogger, check_logger, open_logger
 from collective.organisation import PRIMITIVES, make_organisation
 from collective.records import (
     Committed,
@@ -102,6 +103,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     snapshot_every: int = 25  # keep checkpoints/step-N.pt every N steps (latest.pt: always)
     keep_episodes: bool = True  # keep every episode file (False: delete once consumed)
     plots: bool = True
+    logger: Literal["none", "tensorboard", "wandb"] = "none"  # also log to TensorBoard or W&B
 
     def __post_init__(self) -> None:
         checks = [
@@ -795,6 +797,7 @@ def train(
     from collective.limits import memory_cap
     from collective.outputs import check_dir
 
+    check_logger(cfg.logger)  # a missing extra fails here, before anything is written
     run_dir = Path(run_dir)
     if resume:
         _check_resumable(run_dir)
@@ -841,6 +844,8 @@ def train(
         _write_lines(run_dir / name, _lines_before(run_dir / name, state.step))
     if state.step >= cfg.steps:
         return []
+    schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)]
+    logger = open_logger(cfg.logger, cfg, run_dir, state.step, schedule)
     from tqdm import tqdm
 
     bar = tqdm(
@@ -864,6 +869,7 @@ def train(
             serving_weights,
             bar,
             stop_after,
+            logger,
         )
     except BaseException as e:
         bar.leave = False  # a run that stops early clears its bar rather than leave it half drawn
@@ -893,6 +899,7 @@ async def _train(
     serving_weights: dict[int, Any],
     bar: Any,
     stop_after: int | None,
+    logger: RunLogger | None,
 ) -> list[StepMetrics]:
     t_start = time.perf_counter() - state.elapsed
     B, G = cfg.groups_per_step, cfg.group_size
@@ -929,6 +936,8 @@ async def _train(
         (a resume then finds metrics, ledger and checkpoint in step)."""
         with (run_dir / "metrics.jsonl").open("ab") as f:
             f.write(msgspec.json.encode(metrics) + b"\n")
+        if logger is not None:  # the same line, to TensorBoard or W&B
+            logger.log(step, msgspec.to_builtins(metrics))
         with (run_dir / "ledger.jsonl").open("ab") as f:
             f.write(msgspec.json.encode(ledger) + b"\n")
         state.step = step + 1
@@ -983,6 +992,8 @@ async def _train(
                 break
         nursery.cancel_scope.cancel()
     bar.close()
+    if logger is not None:  # (TensorBoard was flushed at every step; W&B also finishes at exit)
+        logger.close()
     await backend.aclose()
     if cfg.plots:
         try:

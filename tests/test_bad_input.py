@@ -112,6 +112,9 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("episode format 1", ["replay", "{format1}"], 2, "format 1"),
     ("unknown field, sealed", ["replay", "{unknown}"], 2, "unknown field"),
     ("show a broken file", ["show", "{flipped}"], 2, "does not match its digest"),
+    ("trace a broken file", ["trace", "{flipped}"], 2, "does not match its digest"),
+    ("trace out is a device", ["trace", "{episode}", "--out", "/dev/full"], 2, "is a device"),
+    ("show --png a device", ["show", "{episode}", "--png", "/dev/full"], 2, "is a device"),
     ("diff a broken file", ["diff", "{episode}", "{flipped}"], 2, "does not match its digest"),
     # -- replay: trust and options -------------------------------------------------------------
     ("file world not named", ["replay", "{foreign}"], 2, "not built in"),
