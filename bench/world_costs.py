@@ -8,8 +8,8 @@ Three measurements, printed and saved to ``bench/results/worlds/`` (``worlds.jso
    so a training config can pick a time limit where a learner has room to improve;
 2. **cost per call**: the real time of ``observe``, a tool call and ``score`` at 10 to 10,000
    agents, and the ratio of the largest to the smallest (flat means O(1) per call);
-3. **sandbox**: the real time of one repo ``test`` run (a fresh confined Python running the
-   suite), the cost a ``hybrid`` clock charges.
+3. **sandbox**: the real time of one repo ``test`` run (a fresh confined Python answering the
+   suite's calls), the cost a ``hybrid`` clock charges, with and without namespaces.
 
 Run: ``PYTHONPATH=. python bench/world_costs.py [--quick]``.
 """
@@ -29,6 +29,7 @@ sys.path.insert(0, str(_HERE.parent))
 
 import argparse
 import json
+import os
 import re
 import statistics
 import time
@@ -44,7 +45,9 @@ from policy.scripted import ScriptedPolicy
 from policy.uniform import RandomPolicy
 from worlds.market import Market
 from worlds.relay import Relay
-from worlds.repo import Repo
+from worlds.repo import Repo, escape
+from worlds.repo_tasks import TASKS
+from worlds.sandbox import UNSHARE
 from worlds.workshop import Workshop
 
 OUT = Path(__file__).parent / "results" / "worlds"
@@ -180,21 +183,40 @@ def cost(sizes: list[int]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def sandbox(runs: int) -> dict[str, float]:
-    w = Repo(seed=0)
-    try:
-        times = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            trio.run(w.test, 0)
-            times.append(time.perf_counter() - t0)
-        return {
-            "test_run_mean_s": round(statistics.mean(times), 4),
-            "test_run_max_s": round(max(times), 4),
-            "confinement": w.confinement,  # type: ignore[dict-item]
-        }
-    finally:
-        w.close()
+def sandbox(runs: int) -> dict[str, object]:
+    """Real time of one ``test`` run per task, the reference solution in place (every call
+    answered), with the namespaces agents get and without them (opted in, as on a machine
+    that has none)."""
+    out: dict[str, object] = {}
+    for label, unshare in (("namespaces", None), ("without_namespaces", "")):
+        if unshare is not None:
+            os.environ[UNSHARE] = unshare
+        try:
+            per_task: dict[str, float] = {}
+            times: list[float] = []
+            for task in TASKS:
+                w = Repo(task=task.name, allow_without_namespaces=unshare is not None)
+                try:
+                    for path, text in task.solution.items():
+                        w.write(0, path, escape(text))
+                    mine = []
+                    for _ in range(runs):
+                        t0 = time.perf_counter()
+                        assert trio.run(w.test, 0).endswith("passed") and w.score() == 1.0
+                        mine.append(time.perf_counter() - t0)
+                    per_task[f"{task.name} ({len(w.suite.calls)} calls)"] = round(
+                        statistics.mean(mine), 4
+                    )
+                    times += mine
+                    out[f"confinement_{label}"] = w.confinement
+                finally:
+                    w.close()
+        finally:
+            os.environ.pop(UNSHARE, None)
+        out[f"test_run_mean_s_{label}"] = round(statistics.mean(times), 4)
+        out[f"test_run_max_s_{label}"] = round(max(times), 4)
+        out[f"per_task_mean_s_{label}"] = per_task
+    return out
 
 
 def plot(

@@ -5,7 +5,6 @@ there); time moves only in ``collective.conductor``; the collective advantage is
 ``collective.train``.
 """
 
-import collective.log  # noqa: F401  (quiet structlog unless the application configured it)
 from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
 from collective.actor import Actor, Fired, default_program
 from collective.conductor import Conductor, run_episode, run_episodes
@@ -19,6 +18,8 @@ from collective.records import (
     save_episode,
 )
 from collective.registry import resolve_world
+from collective.swimlane import draw_timeline
+from collective.trace import write_trace
 from collective.world import OneOf, Range, Text, ToolError, World, tool
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Turn",
     "World",
     "default_program",
+    "draw_timeline",
     "load_episode",
     "make_organisation",
     "parse_action",
@@ -50,4 +52,5 @@ __all__ = [
     "run_episodes",
     "save_episode",
     "tool",
+    "write_trace",
 ]

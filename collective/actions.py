@@ -29,7 +29,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _INT_RE = re.compile(r"^-?[0-9]+$")
 
 
-class ArgSpec(msgspec.Struct, frozen=True):
+class ArgSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One argument's machine-readable domain."""
 
     name: str
@@ -66,7 +66,7 @@ class ArgSpec(msgspec.Struct, frozen=True):
         return None
 
 
-class ToolSpec(msgspec.Struct, frozen=True):
+class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A tool as a policy sees it: name, arguments, and what kind of act it is.
 
     ``kind`` feeds the signs-of-life metrics: ``world`` tools are useful work, ``comm`` tools are
@@ -99,7 +99,7 @@ class ToolSpec(msgspec.Struct, frozen=True):
         return " ".join(parts)
 
 
-class ActionSpace(msgspec.Struct, frozen=True):
+class ActionSpace(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Every action one agent may take at one moment; hashable, so policies can cache on it."""
 
     tools: tuple[ToolSpec, ...]
@@ -205,3 +205,28 @@ def format_action(tool: str, *args: int | str, space: ActionSpace | None = None)
         )
         out.append(f'"{v}"' if is_text else str(v))
     return " ".join(out)
+
+
+_longest: dict[int, tuple[ActionSpace, int]] = {}
+
+
+def longest_action(space: ActionSpace) -> int:
+    """The length in characters of the longest valid action of ``space``: a longer answer is
+    invalid whatever it says (padding included), and the record keeps no more of it than this
+    (plus one). Cached by identity: the conductor asks for every answer."""
+    hit = _longest.get(id(space))
+    if hit is not None and hit[0] is space:
+        return hit[1]
+
+    def width(a: ArgSpec) -> int:
+        if a.kind == "int":
+            return max(len(str(a.lo)), len(str(a.hi)))
+        if a.kind == "choice":
+            return max(map(len, a.choices))
+        return a.max_chars + 2  # the quotes
+
+    n = max((len(t.name) + sum(1 + width(a) for a in t.args) for t in space.tools), default=0)
+    if len(_longest) >= 4096:
+        _longest.clear()
+    _longest[id(space)] = (space, n)  # the space is kept, so its id is not reused meanwhile
+    return n

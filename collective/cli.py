@@ -8,9 +8,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import msgspec
 
 from collective import log as logsetup
+from collective.outputs import check_dir, check_file
 from collective.records import (
     Asked,
     Began,
@@ -68,6 +71,14 @@ def _summary(ep: Episode, wall: float, out: str | None) -> dict[str, Any]:
     }
 
 
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401  (an optional extra)
+    except ImportError:
+        return False
+    return True
+
+
 def _close(policy: Any) -> None:
     """Release what a policy holds (a server process it launched) once the command is done."""
     import trio
@@ -81,13 +92,12 @@ def _close(policy: Any) -> None:
 @command
 def cmd_run(a: argparse.Namespace) -> int:
     from collective.conductor import run_episode
+    from collective.registry import check_runnable
+    from collective.replay import tokenizer_of
     from policy.factory import make_policy
     from policy.latency import latency_preset
 
     sample_seed = a.sample_seed if a.sample_seed is not None else a.seed
-    # Fresh tiny weights always come from seed 0: --seed picks the task and the sampling
-    # streams, not a different network (a fork with --seed continues with the same one).
-    policy = make_policy(a.policy)
     cfg = EpisodeConfig(
         world=a.world,
         params=dict(a.param),
@@ -99,16 +109,30 @@ def cmd_run(a: argparse.Namespace) -> int:
         budget=a.budget,
         clock=a.clock,
         latency=latency_preset(a.latency),
-        policy=policy.name,
+        max_events=a.max_events,
     )
+    # Everything checked before anything runs: a bad world, size or output path is one line
+    # now, not a traceback after the whole episode.
+    check_runnable(cfg)
+    out = check_file(a.out, "--out") if a.out else None
+    # Fresh tiny weights always come from seed 0: --seed picks the task and the sampling
+    # streams, not a different network (a fork with --seed continues with the same one).
+    policy = make_policy(a.policy)
+    cfg = msgspec.structs.replace(cfg, policy=policy.name, tokenizer=tokenizer_of(policy))
     t0 = time.perf_counter()
     try:
         ep = run_episode(cfg, policy)
     finally:
         _close(policy)
     wall = time.perf_counter() - t0
-    if a.out:
-        save_episode(ep, a.out)
+    if out is not None:
+        save_episode(ep, out)
+    if ep.end == "event_limit":
+        print(
+            f"collective run: stopped at the event limit ({cfg.max_events:,} events) at "
+            f"t={ep.duration:g} of {cfg.time_limit:g} simulated seconds; raise --max-events",
+            file=sys.stderr,
+        )
     print(json.dumps(_summary(ep, wall, a.out)))
     return 0
 
@@ -116,43 +140,75 @@ def cmd_run(a: argparse.Namespace) -> int:
 # -- replay and fork ---------------------------------------------------------------------------
 
 
+def _world_to_import(ep: Episode, a: argparse.Namespace) -> str | None:
+    """The world reference a replay may import: the user's ``--world``; else the episode's own
+    if it is built in or the user passed ``--trust-world`` (None: the recorded one). Opening
+    someone's episode must not run code that only the file names."""
+    from collective.registry import is_builtin
+
+    if a.world:
+        return a.world
+    ref = ep.config.world
+    if is_builtin(ref) or a.trust_world:
+        return None
+    raise ValueError(
+        f"{a.episode} runs world {ref!r}, which is not built in: replaying imports it, running "
+        f"code the file names; to run it, name it: --world {ref} (or pass --trust-world)"
+    )
+
+
 @command
 def cmd_replay(a: argparse.Namespace) -> int:
-    from collective.replay import first_divergence, fork, prefix, replay
+    from collective.registry import check_runnable
+    from collective.replay import audit, first_divergence, fork, prefix
     from policy.factory import make_policy
 
     ep = load_episode(a.episode)
+    world = _world_to_import(ep, a)
+    check_runnable(msgspec.structs.replace(ep.config, world=world or ep.config.world))
     t0 = time.perf_counter()
     if a.until is None:
-        if a.policy or a.out:
-            print("replay: --policy and --out need --until (a fork)", file=sys.stderr)
+        if a.out:
+            print("collective replay: error: --out needs --until (a fork)", file=sys.stderr)
             return 2
-        again = replay(ep)
-        d = first_divergence(ep.events, again.events)
-        if d is not None:
-            print(f"replay of {a.episode} DIVERGED\n{d.describe()}")
+        policy = make_policy(a.policy) if a.policy else None
+        try:
+            _, problems = audit(ep, policy=policy, world=world)
+        finally:
+            if policy is not None:
+                _close(policy)
+        if problems:
+            print(f"replay of {a.episode} DIVERGED")
+            for line in problems:
+                print(f"  {line}")
             return 1
         print(
             json.dumps(
                 {
                     "replay": "identical",
                     "events": len(ep.events),
+                    "turns": len(ep.turns),
+                    "answers": "recomputed" if policy else "recorded",
+                    "token_ids": "spell the text" if ep.config.tokenizer == "bytes" else "counted",
                     "wall_time": round(time.perf_counter() - t0, 3),
                 }
             )
         )
         return 0
+    if not 0 <= a.until <= ep.config.time_limit:  # before a policy (a server?) is started
+        raise ValueError(f"--until {a.until}: outside the episode (0..{ep.config.time_limit:g})")
+    out = check_file(a.out, "--out") if a.out else None
     policy = make_policy(a.policy or "random")
     try:
-        forked = fork(ep, a.until, policy, sample_seed=a.seed)
+        forked = fork(ep, a.until, policy, sample_seed=a.seed, world=world)
     finally:
         _close(policy)
     d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
     if d is not None:
         print(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
         return 1
-    if a.out:
-        save_episode(forked, a.out)
+    if out is not None:
+        save_episode(forked, out)
     summary = _summary(forked, time.perf_counter() - t0, a.out)
     summary.update(
         forked_at=a.until,
@@ -166,9 +222,14 @@ def cmd_replay(a: argparse.Namespace) -> int:
 # -- show and diff -----------------------------------------------------------------------------
 
 
-def describe(e: Any) -> str:
-    """One event as a line a person reads."""
+def describe(e: Any, exact: bool = False) -> str:
+    """One event as a line a person reads; with ``exact``, times as stored (to the last bit),
+    not to the millisecond."""
     who = f"agent {e.agent}"
+
+    def at(x: float) -> str:
+        return repr(x) if exact else f"{x:.3f}"
+
     match e:
         case Spawned(role=role, by=by):
             return f"{who} starts as {role}" + (f" (hired by {by})" if by >= 0 else "")
@@ -177,14 +238,14 @@ def describe(e: Any) -> str:
                 f", read messages {list(read)})" if read else ")"
             )
         case Thought(text=text, asked=asked, output_tokens=n, version=v):
-            return f"{who} decides: {text}   [{n} tokens, asked at {asked:.3f}, v{v}]"
+            return f"{who} decides: {text}   [{n} tokens, asked at {at(asked)}, v{v}]"
         case Began(text=text, until=until):
-            end = "until a message" if until < 0 else f"until {until:.3f}"
+            end = "until a message" if until < 0 else f"until {at(until)}"
             return f"{who} begins: {text}   ({end})"
         case Rejected(text=text, error=err):
             return f"{who} REJECTED {text!r}: {err}"
         case Committed(tool=tool, ok=ok, result=result, real=real):
-            extra = f"   (real {real:.3f}s)" if real else ""
+            extra = f"   (real {at(real)}s)" if real else ""
             return f"{who} {tool} {'->' if ok else 'FAILED ->'} {result}{extra}"
         case Sent(to=to, text=text, msg=m):
             return f"{who} -> agent {to}: {text!r}   (message {m})"
@@ -208,6 +269,19 @@ def describe(e: Any) -> str:
 @command
 def cmd_show(a: argparse.Namespace) -> int:
     ep = load_episode(a.episode)
+    if a.png:
+        from collective.swimlane import MAX_LANES, draw_timeline
+
+        check_file(a.png, "--png")
+
+        print(draw_timeline(ep, a.png))
+        if ep.config.agents + ep.stats.hires > MAX_LANES:  # every agent that ever lived
+            print(
+                f"show: only the first {MAX_LANES} agents have lanes; "
+                "`collective trace` shows every agent",
+                file=sys.stderr,
+            )
+        return 0
     c = ep.config
     print(
         f"# {c.world} {c.params or ''} agents={c.agents} org={c.org} world_seed={c.world_seed} "
@@ -233,20 +307,54 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 @command
+def cmd_trace(a: argparse.Namespace) -> int:
+    from collective.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
+
+    ep = load_episode(a.episode)
+    keep = parse_agents(a.agents) if a.agents else None
+    out = check_file(a.out or Path(a.episode).with_suffix(".trace.json"), "--out")
+    tracks = agents_in(ep, keep)
+    if tracks > WARN_AGENTS:
+        print(
+            f"trace: warning: {tracks} agent tracks; viewers slow down past about "
+            f"{WARN_AGENTS:,}: keep fewer with --agents 0-99",
+            file=sys.stderr,
+        )
+    w = write_trace(ep, out, keep, real=a.real, progress=len(ep.events) > 200_000)
+    if w.bytes > WARN_BYTES:
+        print(
+            f"trace: warning: {w.bytes / 2**20:.0f} MB written; chrome://tracing cannot open JSON "
+            f"over about 512 MB and the Perfetto UI loads large JSON slowly: keep fewer agents "
+            f"with --agents",
+            file=sys.stderr,
+        )
+    print(json.dumps(msgspec.structs.asdict(w)))
+    return 0
+
+
+@command
 def cmd_diff(a: argparse.Namespace) -> int:
-    from collective.replay import first_divergence
+    from collective.replay import differences, first_divergence
 
     x, y = load_episode(a.a), load_episode(a.b)
-    for field in EpisodeConfig.__struct_fields__:
-        if getattr(x.config, field) != getattr(y.config, field):
-            print(f"config {field}: {getattr(x.config, field)!r} vs {getattr(y.config, field)!r}")
-    d = first_divergence(x.events, y.events)
-    if d is None:
-        print(f"identical event streams ({len(x.events)} events)")
+    lines = differences(x, y)
+    if not lines:
+        print(f"identical episodes ({len(x.events)} events, {len(x.turns)} turns)")
         return 0
-    print(f"first divergence at event {d.index} (t={(d.expected or d.got).t:.3f}):")
-    print(f"  {a.a}: " + ("(ended)" if d.expected is None else describe(d.expected)))
-    print(f"  {a.b}: " + ("(ended)" if d.got is None else describe(d.got)))
+    for line in lines:
+        if line.startswith("config "):
+            print(line)
+    d = first_divergence(x.events, y.events)
+    if d is not None:
+        times = sorted({repr(e.t) for e in (d.expected, d.got) if e is not None})
+        print(f"first divergence at event {d.index} (t={' vs '.join(times)}):")
+        print(f"  {a.a}: " + ("(ended)" if d.expected is None else describe(d.expected, True)))
+        print(f"  {a.b}: " + ("(ended)" if d.got is None else describe(d.got, True)))
+    else:
+        print(f"identical event streams ({len(x.events)} events)")
+    for line in lines:
+        if not line.startswith(("config ", "first divergence at event ")):
+            print(line)
     return 1
 
 
@@ -255,13 +363,15 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
 @command
 def cmd_train(a: argparse.Namespace) -> int:
-    from collective.train import load_config, read_metrics, train
+    from collective.train import Interrupted, load_config, read_metrics, train
 
     if a.resume:
         if a.config or a.set or a.out:
             print("train: --resume RUN_DIR takes no config, --set or --out", file=sys.stderr)
             return 2
         run_dir = Path(a.resume)
+        if not (run_dir / "config.toml").is_file():
+            raise ValueError(f"--resume {run_dir}: no run to resume (no config.toml)")
         cfg = load_config(run_dir / "config.toml")
     else:
         if not a.config or not a.out:
@@ -271,7 +381,11 @@ def cmd_train(a: argparse.Namespace) -> int:
             return 2
         cfg = load_config(a.config, a.set)
         run_dir = Path(a.out)
-    now = train(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
+    try:
+        now = train(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
+    except Interrupted as e:
+        print(f"collective train: {e}", file=sys.stderr)
+        return 130
     rows = read_metrics(run_dir)  # the whole run's, a resumed one's included
     first, last = rows[0], rows[-1]
     print(
@@ -294,6 +408,8 @@ def cmd_train(a: argparse.Namespace) -> int:
 def cmd_plot(a: argparse.Namespace) -> int:
     from collective.plots import plot_run
 
+    if not _have_matplotlib():
+        raise ValueError("plot needs matplotlib: pip install 'collective[plots]'")
     for path in plot_run(a.run):
         print(path)
     return 0
@@ -335,6 +451,9 @@ def _numbers(text: str, kind: type = int) -> tuple:
 def cmd_study(a: argparse.Namespace) -> int:
     from collective.study import ScaleConfig, scale_study
 
+    if not _have_matplotlib():  # checked now: the study draws scale.png after all its runs
+        raise ValueError("study needs matplotlib for scale.png: pip install 'collective[plots]'")
+    out = check_dir(a.out, "--out")
     cfg = ScaleConfig(
         checkpoint=a.checkpoint,
         world=a.world,
@@ -347,7 +466,7 @@ def cmd_study(a: argparse.Namespace) -> int:
         targets=a.targets,
         policies=tuple(a.policies.split(",")),
     )
-    rows = scale_study(cfg, Path(a.out), progress=not a.quiet)
+    rows = scale_study(cfg, out, progress=not a.quiet)
     for r in rows:
         print(
             json.dumps(
@@ -385,8 +504,15 @@ def cmd_experiment(a: argparse.Namespace) -> int:
 # -- the parser --------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like every other error of the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="collective", description=__doc__)
+    p = _Parser(prog="collective", description=__doc__)
     p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -409,20 +535,43 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a world parameter (repeatable)",
     )
+    r.add_argument(
+        "--max-events",
+        type=int,
+        default=EpisodeConfig().max_events,
+        help="stop the episode after this many events (reported when reached)",
+    )
     r.add_argument("--out", help="write the episode here (msgpack)")
 
     rp = sub.add_parser("replay", help="replay an episode and check it is identical; or fork it")
     rp.add_argument("episode")
     rp.add_argument("--until", type=float, default=None, help="fork: replay up to this time")
-    rp.add_argument("--policy", default=None, help="fork: the policy after --until")
+    rp.add_argument(
+        "--policy",
+        default=None,
+        help="recompute the answers with this policy and compare them too; with --until, the "
+        "policy after that time",
+    )
     rp.add_argument("--seed", type=int, default=None, help="fork: new sampling seed")
     rp.add_argument("--out", help="fork: write the forked episode here")
+    rp.add_argument(
+        "--world",
+        default=None,
+        help="the world to import, for an episode whose world is not built in (a file's own "
+        "reference is never imported unless named here or --trust-world is given)",
+    )
+    rp.add_argument(
+        "--trust-world",
+        action="store_true",
+        help="import the world the episode names, whatever it is",
+    )
 
     s = sub.add_parser("show", help="print an episode's timeline")
     s.add_argument("episode")
     s.add_argument("--agent", type=int, default=None, help="only this agent's events")
     s.add_argument("--all", action="store_true", help="also thinking starts and deliveries")
     s.add_argument("--limit", type=int, default=0, help="at most this many lines")
+    s.add_argument("--png", metavar="PATH", help="draw the swimlane picture here instead")
 
     t = sub.add_parser("train", help="train the tiny policy with RLCR")
     t.add_argument("config", nargs="?", help="a TOML config, e.g. configs/quick.toml")
@@ -469,6 +618,14 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("name", choices=["signs-of-life"])
     ex.add_argument("args", nargs=argparse.REMAINDER, help="passed on (e.g. --quick)")
 
+    tr = sub.add_parser("trace", help="an episode as a trace for Perfetto or chrome://tracing")
+    tr.add_argument("episode")
+    tr.add_argument("--out", help="the trace JSON to write (default: EPISODE.trace.json)")
+    tr.add_argument("--agents", help="only these agents' tracks, e.g. 0-9,42")
+    tr.add_argument(
+        "--real", action="store_true", help="wall-clock times (episodes run with --clock real)"
+    )
+
     d = sub.add_parser("diff", help="the first divergence between two episodes")
     d.add_argument("a")
     d.add_argument("b")
@@ -483,10 +640,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `collective show ... | head`: the reader has all it wanted
         sys.stdout = None  # type: ignore[assignment]  (nothing more to flush at exit)
         return 0
+    except KeyboardInterrupt:
+        if args.verbose:
+            raise
+        print(f"collective {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        if args.verbose:
+            raise
+        print(f"collective {args.command}: error: out of memory", file=sys.stderr)
+        return 2
     except (EpisodeFileError, ValueError, FileNotFoundError, PolicyError) as e:
         if args.verbose:
             raise
-        print(f"collective {args.command}: error: {e}", file=sys.stderr)
+        one_line = " ".join(str(e).split())  # a library's message may run to many lines
+        print(f"collective {args.command}: error: {one_line}", file=sys.stderr)
         return 2
 
 

@@ -26,15 +26,16 @@ from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import msgspec
-import structlog
 import trio
 
+from collective.actions import longest_action
 from collective.actor import Actor, Program, default_program
 from collective.episode import LiveEpisode, Replay
+from collective.log import get_logger
 from collective.records import Episode, EpisodeConfig
-from policy.base import Policy, PolicyError, PolicyRequest
+from policy.base import Policy, PolicyError, PolicyRequest, PolicyResponse
 
-log = structlog.get_logger("collective.conductor")
+log = get_logger("collective.conductor")
 
 
 class BatchStats(msgspec.Struct, kw_only=True):
@@ -101,6 +102,7 @@ class Conductor:
         self.runnable = 0  # actor tasks not parked
         self._waiting: trio.lowlevel.Task | None = None  # the conductor, parked until quiet
         self.batch_stats = BatchStats()
+        self.warned_bound = False
 
     # -- quiescence -----------------------------------------------------------------------------
 
@@ -241,7 +243,19 @@ class Conductor:
                         f"policy {policy.name!r}: agent {req.agent} turn {req.turn}: "
                         f"{len(resp.token_ids)} tokens but {len(resp.logprobs)} logprobs"
                     )
-                ep.answer(actor, req, resp)
+                kept = bounded(req, resp)
+                if kept is not resp and not self.warned_bound:
+                    self.warned_bound = True  # the rest are in the record, as rejected actions
+                    log.warning(
+                        "an answer over its bound: rejected, kept only to the bound",
+                        policy=policy.name,
+                        agent=req.agent,
+                        turn=req.turn,
+                        tokens=len(resp.token_ids),
+                        max_tokens=req.max_tokens,
+                        chars=len(resp.text),
+                    )
+                ep.answer(actor, req, kept)
 
     async def _sleep_until_due(self, live: list[LiveEpisode]) -> None:
         """Real clock mode: nothing is due before the wall clock reaches it."""
@@ -252,6 +266,26 @@ class Conductor:
         target = min(due, limit)
         if target > trio.current_time():
             await trio.sleep_until(target)
+
+
+def bounded(req: PolicyRequest, resp: PolicyResponse) -> PolicyResponse:
+    """An answer cut to one token past ``max_tokens`` and one character past the longest action.
+
+    No policy's answer may grow the record without bound (a broken or hostile server could send
+    megabytes). An answer past either bound is an invalid action (the episode rejects it), and
+    what is kept of it is still past the bound, so a replay fed the kept answer rejects it
+    again: cutting is idempotent."""
+    chars = longest_action(req.space)
+    if len(resp.token_ids) <= req.max_tokens and len(resp.text) <= chars:
+        return resp
+    keep = req.max_tokens + 1
+    return PolicyResponse(
+        text=resp.text[: chars + 1],
+        token_ids=list(resp.token_ids[:keep]),
+        logprobs=list(resp.logprobs[:keep]),
+        prompt_tokens=resp.prompt_tokens,
+        version=resp.version,
+    )
 
 
 @contextmanager

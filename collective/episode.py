@@ -18,12 +18,20 @@ from collections import deque
 from typing import Any
 
 import outcome
-import structlog
 import trio
 
-from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
+from collective.actions import (
+    Action,
+    ActionError,
+    ActionSpace,
+    ArgSpec,
+    ToolSpec,
+    longest_action,
+    parse_action,
+)
 from collective.actor import THINK, Actor, Fired, Program, prompt_digest
 from collective.comms import Archive, Channel, Message
+from collective.log import get_logger
 from collective.organisation import make_organisation
 from collective.records import (
     Asked,
@@ -51,7 +59,7 @@ from collective.registry import make_world
 from collective.world import ToolError, World
 from policy.base import PolicyRequest, PolicyResponse
 
-log = structlog.get_logger("collective.episode")
+log = get_logger("collective.episode")
 
 # Priorities of heap entries that fall on the same instant: answers first, then effects, then
 # plain resumptions, then timers, so a message landing at t wakes a waiter before its timeout.
@@ -298,6 +306,7 @@ class LiveEpisode:
         act = actor.acts
         actor.acts += 1
         try:
+            self._check_bound(actor, text)
             action = parse_action(text, actor.space)
         except ActionError as e:
             self.stats.rejected += 1
@@ -328,6 +337,18 @@ class LiveEpisode:
         until = self.now + duration
         self.log(Began(self.now, actor.id, act, text, until))
         self._schedule(until, COMMIT, actor.id, (actor, act, action))
+
+    def _check_bound(self, actor: Actor, text: str) -> None:
+        """An answer past its bounds is invalid, whatever its first characters say (the
+        conductor kept only one token and one character past them: see ``bounded``)."""
+        tr = actor.turn_record
+        if tr is not None and tr.kind == "" and len(tr.token_ids) > self.cfg.max_output_tokens:
+            raise ActionError(
+                f"answer over max_output_tokens ({self.cfg.max_output_tokens}); cut there"
+            )
+        longest = longest_action(actor.space)
+        if len(text) > longest:
+            raise ActionError(f"answer longer than any action ({longest} characters); cut there")
 
     def _begin_wait(self, actor: Actor, act: int, text: str, seconds: int) -> None:
         until = self.now + seconds if seconds else -1.0

@@ -1,13 +1,24 @@
 """Typed records: everything that crosses a boundary is a ``msgspec.Struct``.
 
-An episode file is one msgpack-encoded :class:`Episode`: the config that reproduces it, the full
-event stream (for replay and debugging), per-agent turns (what the learner needs), the anytime
-score curve and counters. Nothing non-deterministic (wall time, host names) is stored, so the
-same run gives the same bytes.
+An :class:`Episode` holds the config that reproduces it, the full event stream (for replay and
+debugging), per-agent turns (what the learner needs), the anytime score curve and counters.
+Nothing non-deterministic (wall time, host names) is stored, so the same run gives the same bytes.
+
+An episode file is a fixed header and then the msgpack-encoded episode (the body). The header
+carries the file format, flags that say how the body is stored (0: plain msgpack; a compressed
+or chunked body would be another flag, with the same header), the body's length and a BLAKE2b
+digest of header and body. Loading checks all four before it decodes anything, and decodes
+strictly (a field this version does not know is refused, not skipped), so a changed byte
+anywhere is an error, never a silently different episode. The digest is a checksum, not a
+signature: it proves a file is the one written, not who wrote it; ``replay`` re-derives
+everything derivable from the config and the recorded answers to catch a consistent forgery.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import struct
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +27,7 @@ import msgspec
 from collective.actions import ActionSpace
 from policy.latency import DEFAULT_PRESET, PRESETS, LatencyModel
 
-FORMAT = 1
+FORMAT = 2
 
 ClockMode = Literal["virtual", "hybrid", "real"]
 Overflow = Literal["drop_newest", "drop_oldest"]
@@ -28,7 +39,9 @@ Overflow = Literal["drop_newest", "drop_oldest"]
 # gc=False on events and turns: they hold no references back to anything, so they can never be
 # part of a cycle, and a long episode keeps millions of them; untracked, Python's cyclic
 # collector never walks them.
-class Event(msgspec.Struct, tag=True, array_like=True, frozen=True, gc=False):
+class Event(
+    msgspec.Struct, tag=True, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True
+):
     t: float  # simulated seconds since the episode began
     agent: int  # who it concerns (-1 for the episode itself)
 
@@ -135,7 +148,7 @@ AnyEvent = (
 # -- turns: what the learner needs ------------------------------------------------------------
 
 
-class Turn(msgspec.Struct, kw_only=True, gc=False):
+class Turn(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
     """One think-then-act cycle of one agent."""
 
     agent: int
@@ -190,10 +203,21 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Answers to requests asked before this time land at their recorded times, as measured on
     # the wall clock: a replayed real-clock episode, or the prefix of a fork of one.
     recorded_answers_until: float = 0.0
+    # What the turns' token ids mean: "bytes" (the byte-level tokenizer of the tiny, random and
+    # scripted policies), so replay checks that each turn's ids spell its text; "" when the
+    # policy did not say (then only the ids' count and logprobs are checked).
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         checks = [
             (self.agents >= 1, "agents must be >= 1"),
+            (0 <= self.world_seed < 2**64, "world_seed must be in 0..2**64-1"),
+            (0 <= self.sample_seed < 2**64, "sample_seed must be in 0..2**64-1"),
+            (math.isfinite(self.time_limit), "time_limit must be finite"),
+            (math.isfinite(self.comm_duration), "comm_duration must be finite"),
+            (math.isfinite(self.temperature), "temperature must be finite"),
+            (self.max_events >= 1, "max_events must be >= 1"),
+            (self.policy_version >= -1, "policy_version must be >= -1"),
             (self.world_agents >= 0, "world_agents must be >= 0"),
             (self.recorded_answers_until >= 0, "recorded_answers_until must be >= 0"),
             (self.time_limit > 0, "time_limit must be > 0"),
@@ -211,7 +235,7 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise ValueError(f"episode config: {msg}")
 
 
-class Stats(msgspec.Struct, kw_only=True):
+class Stats(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     events: int = 0
     turns: int = 0
     output_tokens: int = 0
@@ -234,7 +258,7 @@ class Stats(msgspec.Struct, kw_only=True):
     peak_agents: int = 0
 
 
-class Episode(msgspec.Struct, kw_only=True):
+class Episode(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: int = FORMAT
     config: EpisodeConfig
     score: float
@@ -249,24 +273,82 @@ class Episode(msgspec.Struct, kw_only=True):
 
 
 class EpisodeFileError(ValueError):
-    """An episode file is missing, truncated, corrupt, or of another format."""
+    """An episode file is missing, truncated, corrupt, changed, or of another format."""
 
+
+# The file header: magic, format, flags, body length, BLAKE2b-256 of the header's first 20 bytes
+# and the body. Fixed size, so a reader checks it before touching the body.
+MAGIC = b"\x89CLEPI\r\n"  # not text, not msgpack; \r\n catches a newline-translating copy
+_HEADER = struct.Struct(">8sHHQ32s")
+HEADER_SIZE = _HEADER.size
+_SIGNED = 20  # the header bytes the digest covers (all but the digest itself)
+BODY_MSGPACK = 0  # the only flag this version writes and reads
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Episode)
 
 
 def encode_episode(ep: Episode) -> bytes:
+    """The body: the episode as msgpack. The same episode always gives the same bytes."""
     return _encoder.encode(ep)
 
 
+def _digest(head: bytes, body: bytes) -> bytes:
+    h = hashlib.blake2b(head, digest_size=32)
+    h.update(body)
+    return h.digest()
+
+
+def episode_file_bytes(ep: Episode) -> bytes:
+    """What an episode file holds: the header, then the body."""
+    body = encode_episode(ep)
+    head = _HEADER.pack(MAGIC, FORMAT, BODY_MSGPACK, len(body), b"")[:_SIGNED]
+    return head + _digest(head, body) + body
+
+
+def decode_episode(data: bytes, where: str = "episode") -> Episode:
+    """Verify and decode an episode file's bytes; EpisodeFileError naming ``where`` if any byte
+    is not as written."""
+    if not data:
+        raise EpisodeFileError(f"{where}: empty file, not an episode")
+    if len(data) < HEADER_SIZE or not data.startswith(MAGIC):
+        if data[:1] in (b"\x8b", b"\x8a", b"\xde") and b"format" in data[:16]:
+            raise EpisodeFileError(
+                f"{where}: an episode file of format 1 (written before episodes carried a "
+                f"digest); this version reads format {FORMAT} only"
+            )
+        what = "truncated header" if MAGIC.startswith(data[: len(MAGIC)]) else "no episode header"
+        raise EpisodeFileError(f"{where}: not an episode file ({what})")
+    _, fmt, flags, length, digest = _HEADER.unpack_from(data)
+    body = memoryview(data)[HEADER_SIZE:]
+    if fmt != FORMAT:
+        raise EpisodeFileError(f"{where}: episode format {fmt}, this version reads {FORMAT}")
+    if flags != BODY_MSGPACK:
+        raise EpisodeFileError(f"{where}: episode flags {flags:#x}, not understood by this version")
+    if length != len(body):
+        raise EpisodeFileError(
+            f"{where}: the header says {length} bytes of episode, the file has {len(body)} "
+            f"({'truncated' if len(body) < length else 'bytes added'})"
+        )
+    if _digest(data[:_SIGNED], body) != digest:
+        raise EpisodeFileError(f"{where}: content does not match its digest (changed or corrupt)")
+    try:
+        ep = _decoder.decode(body)
+    except msgspec.ValidationError as e:
+        raise EpisodeFileError(f"{where}: episode does not match format {FORMAT}: {e}") from None
+    except msgspec.DecodeError as e:
+        raise EpisodeFileError(f"{where}: not a valid episode body: {e}") from None
+    if ep.format != FORMAT:
+        raise EpisodeFileError(f"{where}: episode format {ep.format}, this version reads {FORMAT}")
+    return ep
+
+
 def save_episode(ep: Episode, path: str | Path) -> None:
-    """Write atomically: a crash never leaves a half-written episode under the final name."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(encode_episode(ep))
-    tmp.replace(path)
+    """Write atomically, and only over a regular file (see :mod:`collective.outputs`): a crash
+    never leaves a half-written episode under the final name."""
+    from collective.outputs import write_file
+
+    write_file(path, episode_file_bytes(ep))
 
 
 def load_episode(path: str | Path) -> Episode:
@@ -275,18 +357,4 @@ def load_episode(path: str | Path) -> Episode:
         data = path.read_bytes()
     except OSError as e:
         raise EpisodeFileError(f"{path}: cannot read episode file ({e.strerror})") from None
-    if not data:
-        raise EpisodeFileError(f"{path}: empty file, not an episode")
-    try:
-        ep = _decoder.decode(data)
-    except msgspec.DecodeError as e:
-        raise EpisodeFileError(
-            f"{path}: not a valid episode file (truncated or corrupt: {e})"
-        ) from None
-    except msgspec.ValidationError as e:
-        raise EpisodeFileError(
-            f"{path}: episode file does not match format {FORMAT}: {e}"
-        ) from None
-    if ep.format != FORMAT:
-        raise EpisodeFileError(f"{path}: episode format {ep.format}, this version reads {FORMAT}")
-    return ep
+    return decode_episode(data, str(path))

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collective.records import EpisodeConfig
 from collective.world import World
 
 _loaded: dict[str, type[World]] = {}
@@ -74,3 +75,59 @@ def make_world(ref: str, n_agents: int, seed: int, params: dict[str, Any]) -> Wo
             f"world {ref!r} rejected parameters {sorted(params)}: {e}; "
             f"it takes: {', '.join(takes) or 'none'}"
         ) from e
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise ValueError(f"world {ref!r}: building it failed: {_why(e)}") from e
+
+
+def is_builtin(ref: str) -> bool:
+    """Whether ``ref`` names a built-in world: the only worlds an episode file may name and have
+    imported without the user naming them (anything else is code the file's author chose)."""
+    return ref in builtin_worlds()
+
+
+def check_runnable(cfg: EpisodeConfig) -> None:
+    """Build, once, everything an episode of ``cfg`` builds before its first event (the
+    organisation, each group's world, its tools, score and first observation), then throw it
+    away: a bad name, parameter or size is a one-line ValueError now, not a traceback from
+    inside a run that has started writing. (Class-level checks of a world's definition are
+    the world's own.)"""
+    from collective.limits import check_agents, memory_cap
+    from collective.organisation import make_organisation
+
+    org = make_organisation(cfg.org, cfg.budget)
+    check_agents(cfg.agents + cfg.budget, f"world {cfg.world!r}")
+    sizes = org.groups(cfg.agents)
+    if sum(sizes) != cfg.agents or min(sizes) < 1:
+        raise ValueError(f"organisation {cfg.org!r} cannot split {cfg.agents} agents ({sizes})")
+    if cfg.world_agents and len(sizes) != 1:
+        raise ValueError(f"world_agents needs a one-group organisation, not {cfg.org!r}")
+    world_sizes = [cfg.world_agents] if cfg.world_agents else sizes
+    check_agents(max(world_sizes), f"world {cfg.world!r}")
+    for n in sorted(set(world_sizes)):
+        try:
+            with memory_cap():
+                world = make_world(cfg.world, n, cfg.world_seed, cfg.params)
+        except MemoryError:
+            raise ValueError(
+                f"world {cfg.world!r} with {cfg.params or 'its default parameters'} for {n} "
+                "agents needs more memory than half of what this machine has available (the "
+                "other half is the run's)"
+            ) from None
+        try:
+            for what, call in (
+                ("tool_specs()", world.tool_specs),
+                ("score()", world.score),
+                ("observe(0)", lambda w=world: w.observe(0)),
+            ):
+                try:
+                    call()
+                except Exception as e:
+                    raise ValueError(f"world {cfg.world!r}: {what} failed: {_why(e)}") from e
+        finally:
+            world.close()
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

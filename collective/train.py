@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
+import sys
 import time
 import tomllib
 from collections.abc import Sequence
@@ -35,6 +37,7 @@ import trio
 
 from collective.actions import ActionSpace
 from collective.conductor import Conductor
+from collective.loggers import RunLogger, check_logger, open_logger
 from collective.organisation import PRIMITIVES, make_organisation
 from collective.records import (
     Committed,
@@ -110,6 +113,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     snapshot_every: int = 25  # keep checkpoints/step-N.pt every N steps (latest.pt: always)
     keep_episodes: bool = True  # keep every episode file (False: delete once consumed)
     plots: bool = True
+    logger: Literal["none", "tensorboard", "wandb"] = "none"  # also log to TensorBoard or W&B
 
     def __post_init__(self) -> None:
         checks = [
@@ -117,7 +121,11 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             (self.groups_per_step >= 1, "groups_per_step must be >= 1"),
             (self.group_size >= 2, "group_size must be >= 2 (a group baseline needs two)"),
             (bool(self.team_sizes) and min(self.team_sizes) >= 1, "team_sizes must be >= 1"),
-            (self.time_limit_start > 0 and self.time_limit_end > 0, "time limits must be > 0"),
+            (
+                0 < self.time_limit_start < math.inf and 0 < self.time_limit_end < math.inf,
+                "time limits must be finite and > 0",
+            ),
+            (0 <= self.seed < 2**64, "seed must be in 0..2**64-1"),
             (self.learning_rate > 0, "learning_rate must be > 0"),
             (0 < self.clip < 1, "clip must be in (0, 1)"),
             (self.lag >= 0 and self.max_staleness >= 0, "lag and max_staleness must be >= 0"),
@@ -149,9 +157,22 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
             parsed = value  # a bare word: a string
         node = raw
         *parents, leaf = key.split(".")
-        for p in parents:
+        for i, p in enumerate(parents):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                where = ".".join(parents[: i + 1])
+                raise ValueError(f"--set {item!r}: {where} is not a table, it has no {leaf!r}")
         node[leaf] = parsed
+    if raw.get("init") and raw.get("backend", "tiny") == "tiny" and isinstance(raw["init"], str):
+        # A run from a checkpoint has the checkpoint's shape: [model] says so in config.toml.
+        # Settings the config does give are kept, and train() refuses them if they differ.
+        from policy.tiny.checkpoint import load_checkpoint
+
+        shape = msgspec.to_builtins(load_checkpoint(raw["init"]).config)
+        shape.pop("seed")
+        given = raw.get("model", {})
+        if isinstance(given, dict):
+            raw["model"] = {**shape, **given}
     try:
         return msgspec.convert(raw, TrainConfig)
     except msgspec.ValidationError as e:
@@ -415,6 +436,7 @@ def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> Epis
         temperature=cfg.temperature,
         policy=f"{cfg.backend} (training)",
         policy_version=version,
+        tokenizer="bytes" if cfg.backend == "tiny" else "",
     )
 
 
@@ -683,10 +705,93 @@ def _write_lines(path: Path, lines: Sequence[bytes]) -> None:
 
 
 def _lines_before(path: Path, step: int) -> list[bytes]:
-    """The lines of a JSON-lines file whose step is before ``step`` (a resume redoes the rest)."""
+    """The lines of a JSON-lines file whose step is before ``step`` (a resume redoes the rest;
+    a line cut short by a kill belongs to the rest)."""
     if not path.exists():
         return []
-    return [ln for ln in path.read_bytes().splitlines() if ln and json.loads(ln)["step"] < step]
+    kept = []
+    for ln in path.read_bytes().splitlines():
+        try:
+            if json.loads(ln)["step"] < step:
+                kept.append(ln)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return kept
+
+
+class Interrupted(Exception):
+    """Training stopped by Ctrl-C; everything up to the last finished step is kept."""
+
+
+def _check_resumable(run_dir: Path) -> None:
+    if not (run_dir / "config.toml").is_file():
+        raise ValueError(f"{run_dir}: no run to resume (no config.toml)")
+
+
+def _restore(
+    state_path: Path, backend: Any, model: Any, learner: Learner
+) -> tuple[TrainState, dict[int, Any]]:
+    """The saved weights, optimiser and position of a run; one clear error for a state file
+    that is truncated, corrupt, or does not fit the run's config (e.g. its [model] edited)."""
+    try:
+        # weights_only: a state file is data; loading one must not run pickled code.
+        saved = torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many kinds for a bad file; all mean the same here
+        raise ValueError(
+            f"{state_path}: not a readable training state (truncated or corrupt: "
+            f"{_first_line(e)}); the run cannot be resumed from it"
+        ) from None
+    try:
+        backend.load_weights(model, saved["model"])
+        model.version = int(saved["version"])
+        learner.load_state(saved["learner"])
+        state = msgspec.convert(saved["state"], TrainState)
+        serving = {int(v): w for v, w in saved["serving"].items()}
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+        raise ValueError(
+            f"{state_path}: does not fit this run's config.toml (was [model] or the optimiser "
+            f"changed?): {_first_line(e)}"
+        ) from None
+    return state, serving
+
+
+def _first_line(e: BaseException) -> str:
+    """The telling line of an error from torch (its messages run to many lines)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    telling = [ln for ln in lines if "size mismatch" in ln or "Missing key" in ln]
+    return f"{type(e).__name__}: {(telling or lines or [''])[0][:300]}"
+
+
+def _check_init(cfg: TrainConfig, model: Any) -> None:
+    """A run that starts from a checkpoint has the checkpoint's shape; its config must say so
+    (``load_config`` fills [model] from the checkpoint where the config leaves it out)."""
+    have = getattr(model, "config", None)
+    if cfg.backend != "tiny" or have is None:
+        return
+    want = msgspec.structs.replace(cfg.model, seed=have.seed)
+    if want != have:
+        diff = ", ".join(
+            f"{f} = {getattr(have, f)} (config says {getattr(want, f)})"
+            for f in have.__struct_fields__
+            if getattr(have, f) != getattr(want, f)
+        )
+        raise ValueError(
+            f"init {cfg.init}: the checkpoint's network has {diff}; drop those [model] settings "
+            "or make them match"
+        )
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Everything a run needs that can be checked without running it: every team size's
+    episode config, world and organisation, and the memory the concurrent episodes need at
+    least. Raises ValueError with one line."""
+    from collective.limits import check_agents
+    from collective.registry import check_runnable
+
+    check_agents(cfg.concurrency * max(cfg.team_sizes), "concurrency x largest team")
+    first_group = {team: g for g, team in reversed(list(enumerate(cfg.team_sizes)))}
+    for g in sorted(first_group.values()):
+        check_runnable(team_config(cfg, g, 0, 0))
 
 
 def train(
@@ -699,26 +804,43 @@ def train(
 ) -> list[StepMetrics]:
     """Train, writing everything into ``run_dir``; with ``resume``, continue a stopped run.
 
-    ``stop_after`` ends the run after that many steps of this invocation (tests use it to
-    simulate an interruption). Returns the metrics of the steps run now."""
+    Everything is checked and built first (config, worlds, model, a resumed run's state); only
+    then is the run directory made, so a start that fails leaves nothing behind (and a failed
+    resume leaves the run as it was). Ctrl-C raises :class:`Interrupted` once the step in hand
+    is either fully written or not at all; ``--resume`` continues from there, as if never
+    stopped. ``stop_after`` ends the run after that many steps of this invocation (tests use it
+    to simulate an interruption). Returns the metrics of the steps run now."""
     from collective.backend import make_backend
+    from collective.limits import memory_cap
+    from collective.outputs import check_dir
 
+    check_logger(cfg.logger)  # a missing extra fails here, before anything is written
     run_dir = Path(run_dir)
     if resume:
-        if not (run_dir / "config.toml").exists():
-            raise ValueError(f"{run_dir}: no run to resume (no config.toml)")
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        raise ValueError(f"{run_dir} already holds a run; resume it with --resume or pick --out")
-    for sub in ("checkpoints", "episodes", "plots"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    if not resume:
-        (run_dir / "config.toml").write_text(dump_config(cfg))
+        _check_resumable(run_dir)
+    else:
+        check_dir(run_dir, "run directory")
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise ValueError(
+                f"{run_dir} already holds a run; resume it with --resume or pick --out"
+            )
+    validate(cfg)
     torch.manual_seed(cfg.seed)
     # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and
     # a reduction's order (hence its last bits) cannot depend on how the two happen to overlap.
     torch.set_num_threads(1)
     backend = make_backend(cfg, run_dir)
-    model = backend.fresh() if not cfg.init else backend.load(cfg.init)
+    try:
+        with memory_cap():
+            model = backend.fresh() if not cfg.init else backend.load(cfg.init)
+    except (MemoryError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and "can't allocate memory" not in str(e):
+            raise  # torch's allocator says RuntimeError; anything else is not about memory
+        raise ValueError(
+            f"the model ({cfg.model if cfg.backend == 'tiny' else cfg.hf_model}) needs more "
+            "memory than half of what this machine has available (the other half is the run's)"
+        ) from None
+    _check_init(cfg, model)
     # The orchestrator's sub-agents answer with the weights training starts from, for good.
     frozen = backend.frozen(model) if make_organisation(cfg.org).name == "orchestrator" else None
     learner = Learner(model, cfg, backend.logprob_kwargs())
@@ -727,29 +849,60 @@ def train(
     serving_weights: dict[int, Any] = {0: backend.weights(model)} if backend.pinned else {}
     state_path = run_dir / "checkpoints" / "train-state.pt"
     if resume and state_path.exists():
-        saved = torch.load(state_path, weights_only=False)
-        backend.load_weights(model, saved["model"])
-        model.version = saved["version"]
-        learner.load_state(saved["learner"])
-        state = msgspec.convert(saved["state"], TrainState)
-        serving_weights = saved["serving"]
+        state, serving_weights = _restore(state_path, backend, model, learner)
+    # Checked and built: now the run directory may be written.
+    for sub in ("checkpoints", "episodes", "plots"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    if not resume:
+        (run_dir / "config.toml").write_text(dump_config(cfg))
+    for leftover in (run_dir / "episodes").glob(".*.tmp"):  # a write cut short by a kill
+        leftover.unlink()
     for name in ("metrics.jsonl", "ledger.jsonl"):
         _write_lines(run_dir / name, _lines_before(run_dir / name, state.step))
     if state.step >= cfg.steps:
         return []
-    return trio.run(
-        _train,
-        cfg,
-        run_dir,
-        backend,
-        model,
-        frozen,
-        learner,
-        state,
-        serving_weights,
-        progress,
-        stop_after,
+    schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)]
+    logger = open_logger(cfg.logger, cfg, run_dir, state.step, schedule)
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=cfg.steps,
+        initial=state.step,
+        disable=not progress,
+        unit="step",
+        desc="rlcr",
+        dynamic_ncols=True,
     )
+    try:
+        return trio.run(
+            _train,
+            cfg,
+            run_dir,
+            backend,
+            model,
+            frozen,
+            learner,
+            state,
+            serving_weights,
+            bar,
+            stop_after,
+            logger,
+        )
+    except BaseException as e:
+        bar.leave = False  # a run that stops early clears its bar rather than leave it half drawn
+        if not _is_interrupt(e):
+            raise
+        raise Interrupted(
+            f"interrupted at step {state.step}; resume with `collective train --resume {run_dir}`"
+        ) from None
+    finally:
+        bar.close()
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    if isinstance(e, BaseExceptionGroup):
+        return e.split(KeyboardInterrupt)[0] is not None
+    return isinstance(e, KeyboardInterrupt)
 
 
 async def _train(
@@ -761,11 +914,10 @@ async def _train(
     learner: Learner,
     state: TrainState,
     serving_weights: dict[int, Any],
-    progress: bool,
+    bar: Any,
     stop_after: int | None,
+    logger: RunLogger | None,
 ) -> list[StepMetrics]:
-    from tqdm import tqdm
-
     t_start = time.perf_counter() - state.elapsed
     B, G = cfg.groups_per_step, cfg.group_size
     first_group = state.step * B
@@ -782,16 +934,11 @@ async def _train(
     send, recv = trio.open_memory_channel[tuple[int, int, Episode]](cfg.channel_capacity)
     buffer: dict[tuple[int, int], Episode] = {key: load_episode(p) for key, p in on_disk.items()}
     done: list[StepMetrics] = []
-    bar = tqdm(
-        total=cfg.steps,
-        initial=state.step,
-        disable=not progress,
-        unit="step",
-        desc="rlcr",
-        dynamic_ncols=True,
-    )
 
     async def emit(ep: Episode) -> None:
+        # Once the run is cancelled (Ctrl-C), an episode whose actors were cancelled can still
+        # look finished ("idle") to the conductor: it must not be kept as if it had run.
+        await trio.lowlevel.checkpoint_if_cancelled()
         g, i = source.issued.pop(ep.config.sample_seed)
         save_episode(ep, episodes_dir / episode_name(g, i))  # kept before anyone uses it
         await send.send((g, i, ep))
@@ -799,6 +946,23 @@ async def _train(
     async def rollouts() -> None:
         async with send:
             await conductor.play(source, concurrency=cfg.concurrency, emit=emit)
+
+    @trio.lowlevel.enable_ki_protection
+    def commit(step: int, metrics: StepMetrics, ledger: Ledger, names: list[str]) -> None:
+        """A finished step's records, all or none of them: Ctrl-C waits until they are written
+        (a resume then finds metrics, ledger and checkpoint in step)."""
+        with (run_dir / "metrics.jsonl").open("ab") as f:
+            f.write(msgspec.json.encode(metrics) + b"\n")
+        if logger is not None:  # the same line, to TensorBoard or W&B
+            logger.log(step, msgspec.to_builtins(metrics))
+        with (run_dir / "ledger.jsonl").open("ab") as f:
+            f.write(msgspec.json.encode(ledger) + b"\n")
+        state.step = step + 1
+        state.elapsed = time.perf_counter() - t_start
+        _checkpoint(run_dir, cfg, backend, model, learner, state, serving_weights)
+        if not cfg.keep_episodes:
+            for n in names:
+                (episodes_dir / n).unlink(missing_ok=True)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(rollouts)
@@ -837,16 +1001,7 @@ async def _train(
                 if not (s > cfg.max_staleness and cfg.stale == "drop")
             ]
             ledger = Ledger(step, kept, [n for n in names if n not in kept])
-            with (run_dir / "metrics.jsonl").open("ab") as f:
-                f.write(msgspec.json.encode(metrics) + b"\n")
-            with (run_dir / "ledger.jsonl").open("ab") as f:
-                f.write(msgspec.json.encode(ledger) + b"\n")
-            state.step = step + 1
-            state.elapsed = time.perf_counter() - t_start
-            _checkpoint(run_dir, cfg, backend, model, learner, state, serving_weights)
-            if not cfg.keep_episodes:
-                for n in names:
-                    (episodes_dir / n).unlink(missing_ok=True)
+            commit(step, metrics, ledger, names)
             done.append(metrics)
             bar.set_postfix(ret=f"{metrics.return_mean:.3f}", T=f"{metrics.time_limit:.0f}")
             bar.update(1)
@@ -854,11 +1009,22 @@ async def _train(
                 break
         nursery.cancel_scope.cancel()
     bar.close()
+    if logger is not None:  # (TensorBoard was flushed at every step; W&B also finishes at exit)
+        logger.close()
     await backend.aclose()
     if cfg.plots:
-        from collective.plots import plot_run
+        try:
+            import matplotlib  # noqa: F401  (an optional extra)
+        except ImportError:
+            print(
+                "plots skipped: matplotlib is not installed (pip install 'collective[plots]', "
+                f"then `collective plot {run_dir}`)",
+                file=sys.stderr,
+            )
+        else:
+            from collective.plots import plot_run
 
-        plot_run(run_dir)
+            plot_run(run_dir)
     return done
 
 

@@ -1,8 +1,10 @@
 """Policies by name, as the command line and configs give them.
 
 ``random``; ``tiny`` (fresh weights from the given seed) or ``tiny:PATH`` (a checkpoint);
-``hf:DIR`` (a Hugging Face model directory, sampled in this process); ``sglang:URL`` or
-``sglang:launch:MODEL``.
+``hf:DIR`` (a Hugging Face model directory, sampled in this process);
+``sglang:URL[,URL...] [OPTION=VALUE ...]`` (a fleet of running servers) or
+``sglang:launch:MODEL [OPTION=VALUE ...] [-- SGLANG_ARG ...]`` (the options and the spec's syntax
+are in :mod:`policy.sglang`).
 """
 
 from __future__ import annotations
@@ -42,16 +44,6 @@ def _tiny(path: str, seed: int) -> Policy:
 
 
 def _sglang(arg: str) -> Policy:
-    from policy.sglang import SGLangPolicy, SGLangServer
+    from policy.sglang import policy_from_spec
 
-    if arg.startswith("launch:"):
-        model = arg.removeprefix("launch:")
-        if not model:
-            raise ValueError("sglang:launch:MODEL needs a model directory")
-        server = SGLangServer.launch(model)
-        return SGLangPolicy(
-            server.url, tokenizer=model, server=server, name=f"sglang:launch:{model}"
-        )
-    if arg.startswith(("http://", "https://")):
-        return SGLangPolicy(arg)
-    raise ValueError(f"sglang:{arg}: expected sglang:http://HOST:PORT or sglang:launch:MODEL")
+    return policy_from_spec(arg)

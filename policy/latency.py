@@ -13,7 +13,7 @@ import math
 import msgspec
 
 
-class LatencyModel(msgspec.Struct, frozen=True, kw_only=True):
+class LatencyModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``overhead + prompt_tokens / prefill_tps + output_tokens / decode_tps`` seconds, then
     rounded up to the deployment's scheduler ``tick``.
 

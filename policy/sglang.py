@@ -1,44 +1,79 @@
-"""The SGLang backend: a whole policy batch in one request to SGLang's native HTTP API.
+"""The SGLang backend: one policy served by a fleet of SGLang servers over their native HTTP API.
 
-Written against sglang 0.5.x. Every request and response shape below is SGLang's own; where each
-comes from is cited next to the code that uses it:
+Written against sglang 0.5.3 and later: 0.5.3 is the first release whose sampling parameters
+have ``sampling_seed``, so every seeded request fails on 0.5.1 and 0.5.2. Every request and
+response shape below is SGLang's own; where each comes from is cited next to the code that uses
+it (paths are in sgl-project/sglang):
 
-- ``POST /generate`` takes ``GenerateReqInput`` (docs/basic_usage/sampling_params.md, "/generate
-  Endpoint"; python/sglang/srt/managers/io_struct.py): ``input_ids`` as a list of lists makes a
-  batch, ``sampling_params`` may be one dict per prompt, ``return_logprob`` asks for the logprob
-  of every output token. A batch answers a JSON list, one ``{"text", "output_ids", "meta_info"}``
-  per prompt, in order (python/sglang/srt/managers/tokenizer_manager.py, _handle_batch_output).
+- ``POST /generate`` takes ``GenerateReqInput`` (docs/basic_usage/sampling_params.md;
+  python/sglang/srt/managers/io_struct.py): ``input_ids`` as a list of lists makes a batch,
+  ``sampling_params`` one dict per prompt, ``return_logprob`` asks for the logprob of every
+  output token. A batch answers a JSON list, one ``{"text", "output_ids", "meta_info"}`` per
+  prompt, in order (python/sglang/srt/managers/tokenizer_manager.py, _handle_batch_request).
 - ``meta_info`` holds ``finish_reason`` (``{"type": "stop"|"length"|"abort", ...}``),
   ``prompt_tokens``, ``weight_version`` and ``output_token_logprobs``: one ``[logprob, token_id,
-  text-or-null]`` per output token (tokenizer_manager.py, detokenize_logprob_tokens). Those
-  logprobs are of the distribution SGLang sampled from: logits divided by the temperature, with
-  the grammar's vocabulary mask applied (python/sglang/srt/layers/sampler.py), unless the server
-  runs with SGLANG_RETURN_ORIGINAL_LOGPROB.
-- Sampling parameters (python/sglang/srt/sampling/sampling_params.py, SamplingParams):
-  ``temperature``, ``max_new_tokens``, ``top_p``/``top_k``/``min_p`` and the penalties (sent
-  explicitly, because a server started with the default ``--sampling-defaults model`` takes them
-  from the model's generation_config.json and would sample from a truncated distribution the
-  learner cannot recompute), one of ``regex``/``ebnf``/``json_schema``, and ``sampling_seed``, the
-  per-request seed (added in September 2025, sglang PR #10678; it makes sampling reproducible when
-  the server runs with ``--enable-deterministic-inference``, docs "Deterministic Inference").
-- Weight sync (docs/advanced_features/sglang_for_rl.md, "Open-To-Use Refit Functionality" and
-  "Easy To Postpone Generation"): ``POST /pause_generation`` ``{}``, ``POST
-  /update_weights_from_disk`` ``{"model_path", "weight_version"}`` answering ``{"success",
-  "message", "num_paused_requests"}`` (HTTP 400 when it failed), ``POST /continue_generation``
-  ``{}``. "pause_generation, update weights, continue_generation is the correct execution flow".
-- ``GET /health`` answers 200 once the server serves; ``GET /get_model_info`` names
-  ``model_path`` and ``tokenizer_path`` (python/sglang/srt/entrypoints/http_server.py).
-- The server starts with ``sglang serve --model-path M --host H --port P`` (the console script
-  of sglang's python/pyproject.toml; ``python -m sglang.launch_server`` is the older entry point,
-  still supported, used when no ``sglang`` script is on the PATH).
+  text-or-null]`` per output token. Those logprobs are of the distribution SGLang sampled from:
+  logits divided by the temperature, with the grammar's vocabulary mask applied
+  (python/sglang/srt/layers/sampler.py), unless the server runs with
+  SGLANG_RETURN_ORIGINAL_LOGPROB.
+- An aborted prompt: an abort that carries ``status_code`` 400 (an invalid grammar) fails the
+  whole request with HTTP 400, one with 500 or 503 fails it with that status; a plain abort (a
+  ``/pause_generation`` in ``abort`` mode, another client's ``/abort_request``) comes back as its
+  item with ``finish_reason.type == "abort"`` in an HTTP 200 answer (tokenizer_manager.py,
+  _wait_one_response and _handle_abort_req). The first is an error, the second is sent again.
+- Sampling parameters (python/sglang/srt/sampling/sampling_params.py): ``temperature``,
+  ``max_new_tokens``, ``top_p``/``top_k``/``min_p`` and the penalties (sent explicitly, because a
+  server started with the default ``--sampling-defaults model`` takes them from the model's
+  generation_config.json and would sample from a truncated distribution the learner cannot
+  recompute), one of ``regex``/``ebnf``, and ``sampling_seed``. An unknown key is a TypeError
+  there, which /generate does not catch: HTTP 500.
+- ``sampling_seed`` is read only by a server started with ``--enable-deterministic-inference``
+  (python/sglang/srt/sampling/sampling_batch_info.py builds the seed tensor only then, and fills
+  seed 42 for a request without one); any other server accepts the key and samples as if it were
+  absent. So this client reads each server's settings (``GET /server_info``, ``/get_server_info``
+  before it was renamed: ServerArgs as a dict plus ``version``) and refuses to send seeds to a
+  server that does not report ``enable_deterministic_inference: true`` on sglang >= 0.5.3.
+  ``seeds=off`` sends none, and says so in a warning: a replay then samples other tokens.
+- Weight sync (docs/advanced_features/sglang_for_rl.md): ``POST /pause_generation``
+  ``{"mode": "abort"}`` (the default mode; servers before the modes existed ignore the body),
+  ``POST /update_weights_from_disk`` ``{"model_path", "weight_version"}`` answering
+  ``{"success", "message", "num_paused_requests"}`` (HTTP 400 when it failed), ``POST
+  /continue_generation`` ``{}``; then ``GET /model_info`` (``/get_model_info`` before the rename)
+  reports the ``weight_version`` the server now holds, which is checked.
+- ``GET /health`` answers 503 while the server starts and 200 once it serves; ``--api-key``
+  servers want ``Authorization: Bearer KEY`` on everything but /health
+  (python/sglang/srt/utils, add_api_key_middleware).
+- The server starts with ``sglang serve --model-path M --host H --port P ARGS`` (the console
+  script of sglang's python/pyproject.toml; ``python -m sglang.launch_server`` is the older entry
+  point, used when no ``sglang`` script is on the PATH).
 
-Failures: a connection refused or dropped, a timeout, HTTP 429 or 5xx are retried with
-exponential backoff, a bounded number of times; generation is safe to repeat (nothing is
-committed until a whole batch has parsed, and a seeded request samples the same tokens again).
-Any other error status and any response that is not the documented shape raise
-:class:`PolicyError` naming the server and the request (agent, turn): never a silently wrong
-answer. A prompt the server aborted (``finish_reason.type == "abort"``, e.g. another client paused
-generation) is sent again.
+**The fleet.** Each batch is split by request into contiguous, near-equal shares, one per live
+server, sent at once. A request is seeded and batch-independent, so which server answers it cannot
+change the answer (on servers of the same build, GPU type and flags). A call that fails with a
+connection refused or dropped, a timeout, HTTP 429 or 5xx is retried with exponential backoff, a
+bounded number of times; a server still unreachable after that is *lost*: its share goes to the
+others, a structlog warning says so, and :attr:`SGLangPolicy.lost_servers` and
+:attr:`SGLangPolicy.requests_moved` count it. The run goes on while one server is left. Any other
+error status and any answer that is not the documented shape raise :class:`PolicyError` naming the
+server and the request (agent, turn): never a silently wrong answer.
+
+**The spec** (``--policy``, or ``hf_server`` in a train config), split into words like a shell
+line (quote a path with spaces)::
+
+    sglang:URL[,URL...] [OPTION=VALUE ...]
+    sglang:launch:MODEL_DIR [OPTION=VALUE ...] [-- SGLANG_ARG ...]
+
+Client options, for both: ``seeds=on|off`` (default on), ``api-key-env=VAR`` (the API key is
+read from that environment variable, never written into the spec, which episodes record),
+``wait=SECONDS`` (how long a server may answer 503 while it loads; default 900),
+``constraint=regex|ebnf`` and ``tokenizer=DIR`` (a local copy of the model's tokenizer, for
+servers on other machines; by default the directory the server reports is read). With
+``launch``, every other ``NAME=VALUE`` becomes the server flag ``--NAME VALUE`` (``dp`` and
+``tp`` stand for ``--dp-size`` and ``--tp-size``), words after ``--`` are passed to the server as
+they are, and the server is always started with ``--enable-deterministic-inference`` while seeds
+are on (and ``--api-key`` when a key is given).
+For example ``sglang:launch:models/qwen dp=2 mem-fraction-static=0.8 -- --attention-backend
+triton`` or ``sglang:http://gpu1:30000,http://gpu2:30000 api-key-env=SGLANG_API_KEY``.
 """
 
 from __future__ import annotations
@@ -48,6 +83,8 @@ import functools
 import importlib.util
 import math
 import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -56,11 +93,13 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
+import msgspec
+import structlog
 import trio
 
 from collective.actions import ActionSpace
@@ -68,10 +107,15 @@ from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.constraint import action_ebnf, action_regex
 from policy.hf_prompt import load_tokenizer, prompt_ids
 
+log = structlog.get_logger("policy.sglang")
+
 Constraint = Literal["regex", "ebnf"]
+MIN_SGLANG = (0, 5, 3)  # the first release with sampling_seed
 _SEED_MASK = (1 << 63) - 1  # SGLang keeps seeds in int64 tensors
 _MIN_TEMPERATURE = 1e-5  # SGLang treats lower temperatures as greedy decoding
 _LOGPROB_SLACK = 1e-3  # a logprob above this is not rounding, it is a broken answer
+_POLL = 0.25  # seconds between /health polls while a server starts
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=256)
@@ -85,264 +129,608 @@ def _who(requests: Sequence[PolicyRequest]) -> str:
     return f"{len(requests)} request(s): {shown}{more}"
 
 
-class _Transient(Exception):
-    """A failure worth another try (the message says which)."""
+def split(items: Sequence[T], parts: int) -> list[list[T]]:
+    """``items`` in ``parts`` contiguous shares whose sizes differ by at most one, in order."""
+    size, extra = divmod(len(items), parts)
+    shares, start = [], 0
+    for p in range(parts):
+        end = start + size + (p < extra)
+        shares.append(list(items[start:end]))
+        start = end
+    return shares
+
+
+def _excerpt(text: Any, limit: int) -> str:
+    """The start of a server's answer on one line (errors are one line)."""
+    return " ".join(str(text).split())[:limit]
+
+
+def _version_tuple(text: Any) -> tuple[int, ...] | None:
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", str(text)) if text is not None else None
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+async def _concurrently(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Run the jobs at once; their results in order. The first job to fail cancels the rest and
+    its exception is raised as itself (not wrapped in an exception group)."""
+    results: list[Any] = [None] * len(jobs)
+    failures: dict[int, Exception] = {}
+
+    async def run(k: int, job: Callable[[], Awaitable[T]], scope: trio.CancelScope) -> None:
+        try:
+            results[k] = await job()
+        except Exception as e:
+            failures[k] = e
+            scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for k, job in enumerate(jobs):
+            nursery.start_soon(run, k, job, nursery.cancel_scope)
+    if failures:
+        raise failures[min(failures)]
+    return results
+
+
+class _Unreachable(Exception):
+    """No HTTP answer: refused, dropped, timed out (the message says which)."""
+
+
+class _Lost(PolicyError):
+    """A server that stayed unreachable through every retry."""
 
 
 class _Aborted(Exception):
     """The server aborted one prompt of a batch, e.g. because generation was paused."""
 
 
+class _Gate:
+    """Batches run side by side; a weight update runs alone. An update waits for the batches in
+    flight and holds back new ones (it is not starved by a stream of them), so every token of a
+    batch was sampled by the weights whose version the batch reports."""
+
+    def __init__(self) -> None:
+        self._batches = 0
+        self._updating = False
+        self._updates_waiting = 0
+        self._changed = trio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    @contextlib.asynccontextmanager
+    async def batch(self) -> AsyncIterator[None]:
+        while self._updating or self._updates_waiting:
+            await self._changed.wait()
+        self._batches += 1
+        try:
+            yield
+        finally:
+            self._batches -= 1
+            self._notify()
+
+    @contextlib.asynccontextmanager
+    async def update(self) -> AsyncIterator[None]:
+        self._updates_waiting += 1
+        try:
+            while self._updating or self._batches:
+                await self._changed.wait()
+        finally:
+            self._updates_waiting -= 1
+        self._updating = True
+        try:
+            yield
+        finally:
+            self._updating = False
+            self._notify()
+
+
 class SGLangPolicy:
-    """A :class:`policy.base.Policy` served by an SGLang server at ``url``.
+    """A :class:`policy.base.Policy` served by the SGLang servers at ``urls`` (see the module
+    docstring for how a batch is shared and what happens when a server is lost).
 
-    ``tokenizer`` is the model's Hugging Face tokenizer (a local directory, or a loaded
-    tokenizer); by default it is read from the directory the server reports in
-    ``/get_model_info``, which works when the server runs on this machine. ``constraint`` picks
-    how actions are constrained (a regex works with every SGLang grammar backend; EBNF needs
-    XGrammar or llguidance). ``seeded`` sends each request's seed as ``sampling_seed`` (turn it off
-    for a server older than that parameter). ``timeout`` bounds one HTTP call; ``attempts`` bounds
-    the tries of one call, ``backoff`` is the first pause between them (doubling after each).
+    ``tokenizer`` is the model's Hugging Face tokenizer (a local directory, or a loaded tokenizer);
+    by default it is read from the directory the first server reports in ``/model_info``, which
+    works when the servers run on this machine. ``constraint`` picks how actions are constrained (a
+    regex works with every SGLang grammar backend; EBNF needs XGrammar or llguidance). ``seeded``
+    sends each request's seed as ``sampling_seed`` and then requires every server to run with
+    ``--enable-deterministic-inference``. ``api_key`` is sent as ``Authorization: Bearer``.
+    ``timeout`` bounds one HTTP call; ``attempts`` bounds the tries of one call, ``backoff`` is the
+    first pause between them (doubling after each); ``wait`` bounds how long a server may answer
+    /health with 503 (starting) before the first batch.
 
-    Calls are serialised: :meth:`update_weights` waits for a batch in flight and no batch starts
-    during an update, so the version on a response is the version of every one of its tokens. A
-    server holds one version at a time, so a request pinned to another (``PolicyRequest.version``
-    other than -1 and :attr:`version`) is refused with :class:`PolicyError`.
-    From another thread (a learner), call ``trio.from_thread.run(policy.update_weights, ...)``.
+    A server holds one set of weights, so a request pinned to another version
+    (``PolicyRequest.version`` other than -1 and :attr:`version`) is refused with
+    :class:`PolicyError`. From another thread (a learner), call
+    ``trio.from_thread.run(policy.update_weights, ...)``.
     """
 
     def __init__(
         self,
-        url: str,
+        urls: str | Sequence[str],
         *,
         tokenizer: str | Path | Any | None = None,
         constraint: Constraint = "regex",
         version: int = 0,
         seeded: bool = True,
+        api_key: str | None = None,
         timeout: float = 300.0,
         attempts: int = 4,
         backoff: float = 0.5,
-        server: SGLangServer | None = None,
+        wait: float = 900.0,
+        servers: Sequence[SGLangServer] = (),
         name: str | None = None,
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"SGLang server URL must start with http:// or https://, got {url!r}")
+        urls = [urls] if isinstance(urls, str) else list(urls)
+        if not urls:
+            raise ValueError("an SGLang policy needs at least one server URL")
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"SGLang server URL must start with http:// or https://, got {url!r}"
+                )
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"an SGLang server is listed twice in {urls}")
         if constraint not in ("regex", "ebnf"):
             raise ValueError(f"constraint must be 'regex' or 'ebnf', got {constraint!r}")
-        if attempts < 1 or timeout <= 0 or backoff < 0:
+        if attempts < 1 or timeout <= 0 or backoff < 0 or wait <= 0:
             raise ValueError(
-                "need attempts >= 1, timeout > 0, backoff >= 0; "
-                f"got {attempts}, {timeout}, {backoff}"
+                "need attempts >= 1, timeout > 0, backoff >= 0, wait > 0; "
+                f"got {attempts}, {timeout}, {backoff}, {wait}"
             )
-        self.url = url.rstrip("/")
-        self.name = name or f"sglang:{self.url}"
+        self.urls: tuple[str, ...] = tuple(u.rstrip("/") for u in urls)
+        self.name = name or "sglang:" + ",".join(self.urls)
         self.version = version
         self.constraint: Constraint = constraint
         self.seeded = seeded
         self.timeout = timeout
         self.attempts = attempts
         self.backoff = backoff
-        self.server = server
+        self.wait = wait
+        self.servers = tuple(servers)
+        self.lost_servers: list[str] = []  # in the order they were lost
+        self.requests_moved = 0  # requests sent again to another server after theirs was lost
+        self._lost_why: dict[str, str] = {}
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._tokenizer_source = tokenizer
         self._tokenizer: Any = None
-        self._label: str | None = None  # the weight_version we told the server, once we have
-        self._lock = trio.Lock()
+        self._ready = False
+        self._ready_lock = trio.Lock()
+        self._label: str | None = None  # the weight_version we told the servers, once we have
+        self._first_label: tuple[str, str] | None = None  # (server, label) before any update
+        self._mixed: str | None = None  # why the fleet may hold mixed weights
+        self._gate = _Gate()
+
+    @property
+    def live_servers(self) -> list[str]:
+        return [u for u in self.urls if u not in self.lost_servers]
 
     # -- the Policy protocol ----------------------------------------------------------------------
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
         if not requests:
             return []
-        async with self._lock, self._client() as client:
+        async with self._gate.batch(), self._client() as client:
+            if self._mixed:
+                raise PolicyError(self._mixed)
             version = self.version
             pinned = [r for r in requests if r.version not in (-1, version)]
-            if pinned:  # a server holds one set of weights: it cannot answer for another
+            if pinned:  # the servers hold one set of weights: they cannot answer for another
                 wanted = sorted({r.version for r in pinned})
                 raise PolicyError(
-                    f"SGLang server {self.url} holds policy version {version}, but "
-                    f"{_who(pinned)} are pinned to version(s) {wanted}"
+                    f"{self.name} holds policy version {version}, but {_who(pinned)} are "
+                    f"pinned to version(s) {wanted}"
                 )
+            params = [self._params(r) for r in requests]
+            await self._ensure_ready(client)
             tokenizer = await self._ensure_tokenizer(client)
             prompts = [prompt_ids(tokenizer, r.prompt, r.space) for r in requests]
-            answers: dict[int, PolicyResponse] = {}
-            pending, why = list(range(len(requests))), ""
-            for attempt in range(self.attempts):
-                if attempt:
-                    await trio.sleep(self.backoff * 2 ** (attempt - 1))
-                batch = [requests[i] for i in pending]
-                items = await self._call(
-                    client,
-                    "/generate",
-                    self._generate_body(batch, [prompts[i] for i in pending]),
-                    _who(batch),
-                )
-                if isinstance(items, dict) and len(batch) == 1:
-                    items = [items]
-                if not isinstance(items, list) or len(items) != len(batch):
-                    got = len(items) if isinstance(items, list) else type(items).__name__
+            answers: list[PolicyResponse | None] = [None] * len(requests)
+            pending = list(range(len(requests)))
+            while pending:
+                live = self.live_servers
+                if not live:
                     raise PolicyError(
-                        f"SGLang server {self.url}: /generate answered {got} items for "
-                        f"{_who(batch)}"
+                        f"{self.name}: no server is left for "
+                        f"{_who([requests[i] for i in pending])}; lost: "
+                        + "; ".join(self._lost_why.values())
                     )
-                aborted = []
-                for i, item in zip(pending, items, strict=True):
-                    try:
-                        answers[i] = self._parse(
-                            item, requests[i], len(prompts[i]), version, tokenizer
-                        )
-                    except _Aborted as e:
-                        aborted.append(i)
-                        why = str(e)
-                pending = aborted
-                if not pending:
-                    return [answers[i] for i in range(len(requests))]
-            raise PolicyError(
-                f"SGLang server {self.url}: generation was aborted {self.attempts} times for "
-                f"{_who([requests[i] for i in pending])} (last: {why})"
-            )
+                jobs = [
+                    functools.partial(
+                        self._share, client, url, share, requests, prompts, params, version
+                    )
+                    for url, share in zip(live, split(pending, len(live)), strict=True)
+                    if share
+                ]
+                for got in await _concurrently(jobs):
+                    for i, answer in got.items():
+                        answers[i] = answer
+                pending = [i for i in pending if answers[i] is None]
+            return [a for a in answers if a is not None]
 
     async def update_weights(self, path: str | Path, version: int) -> None:
-        """Load the weights written at ``path`` (see :meth:`policy.hf.HFModel.save`) and record
-        ``version``: every token sampled after this returns carries it.
+        """Load the weights written at ``path`` (a ``save_pretrained`` directory the servers can
+        read) on every live server and record ``version``: every token sampled after this returns
+        carries it. Generation is paused around the load and resumed whatever happens.
 
-        Generation is paused around the load; if the load fails, generation is resumed, the
-        version is left as it was, and :class:`PolicyError` says why.
+        A server refusing the load raises :class:`PolicyError` naming it; the version is left as
+        it was, and if other servers did load the weights, generation is refused until an update
+        reaches every server (the fleet may hold mixed weights). A server that cannot be reached
+        is lost, as during a batch, and the others are updated.
         """
         if version < 0:
             raise ValueError(f"weight version must be >= 0, got {version}")
         what = f"weights {str(path)!r} as version {version}"
-        async with self._lock, self._client() as client:
-            await self._call(client, "/pause_generation", {}, what)
-            try:
+        label = str(version)
+        async with self._gate.update(), self._client() as client:
+            await self._ensure_ready(client)
+
+            async def pause(url: str) -> None:
+                await self._call(client, url, "/pause_generation", {"mode": "abort"}, what)
+
+            async def load(url: str) -> None:
+                body = {"model_path": str(path), "weight_version": label}
                 reply = await self._call(
-                    client,
-                    "/update_weights_from_disk",
-                    {"model_path": str(path), "weight_version": str(version)},
-                    what,
+                    client, url, "/update_weights_from_disk", body, what, refusal=True
                 )
                 if not (isinstance(reply, dict) and reply.get("success") is True):
+                    message = reply.get("message") if isinstance(reply, dict) else reply
                     raise PolicyError(
-                        f"SGLang server {self.url}: /update_weights_from_disk failed for {what}: "
-                        f"{reply!r}"
+                        f"SGLang server {url} refused to load {what}: {_excerpt(message, 300)}"
                     )
-                self.version = version
-                self._label = str(version)
-            finally:
-                await self._call(client, "/continue_generation", {}, what)
+
+            async def check(url: str) -> None:
+                info = await self._model_info(client, url, what)
+                if str(info.get("weight_version")) != label:
+                    raise PolicyError(
+                        f"SGLang server {url} reports weight_version "
+                        f"{info.get('weight_version')!r} after loading {what}"
+                    )
+
+            async def resume(url: str) -> None:
+                await self._call(client, url, "/continue_generation", {}, what)
+
+            async def resume_all() -> dict[str, Exception]:
+                with trio.CancelScope(shield=True):  # never leave a server paused
+                    paused_now = [u for u in paused if u not in self.lost_servers]
+                    return (await self._on_all(paused_now, resume))[1]
+
+            paused, failed = await self._on_all(self.live_servers, pause)
+            try:
+                if failed:
+                    raise next(iter(failed.values()))
+                loaded, failed = await self._on_all(paused, load)
+                if not failed:
+                    loaded, failed = await self._on_all(loaded, check)
+                if failed:
+                    bad = next(iter(failed))
+                    message = str(failed[bad])
+                    if loaded:
+                        self._mixed = (
+                            f"{message}; {', '.join(loaded)} did load them, so the servers may "
+                            "hold different weights: nothing is generated until an update "
+                            "reaches every server"
+                        )
+                        message = self._mixed
+                    raise PolicyError(message)
+                if not loaded:
+                    raise PolicyError(
+                        f"{self.name}: no server is left to load {what}; lost: "
+                        + "; ".join(self._lost_why.values())
+                    )
+                self.version, self._label, self._mixed = version, label, None
+            except BaseException:
+                for url, e in (await resume_all()).items():  # the error in flight is reported
+                    log.warning("SGLang server did not continue generation", server=url, why=e)
+                raise
+            failed = await resume_all()
+            if failed:  # a server left paused would hold every request sent to it
+                raise next(iter(failed.values()))
 
     async def aclose(self) -> None:
-        if self.server is not None:
-            await trio.to_thread.run_sync(self.server.stop)
+        for server in self.servers:
+            await trio.to_thread.run_sync(server.stop)
 
-    # -- HTTP -------------------------------------------------------------------------------------
+    # -- the fleet --------------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
-        # A client per call: a connection pool belongs to one event loop, and a policy outlives
-        # many trio.run calls (one per episode batch or fork). One TCP connect per GPU batch is
-        # nothing next to the batch.
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))
-        )
-
-    async def _call(
-        self, client: httpx.AsyncClient, path: str, body: dict[str, Any] | None, what: str
-    ) -> Any:
-        """One call with bounded retries of transient failures; the decoded JSON answer."""
-        failures: list[str] = []
+    async def _share(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        share: list[int],
+        requests: Sequence[PolicyRequest],
+        prompts: Sequence[list[int]],
+        params: Sequence[dict[str, Any]],
+        version: int,
+    ) -> dict[int, PolicyResponse]:
+        """One server's share of a batch: the answers by request index; those it had not
+        answered when it was lost are missing (the caller gives them to the others)."""
+        answers: dict[int, PolicyResponse] = {}
+        pending, why = list(share), ""
         for attempt in range(self.attempts):
             if attempt:
                 await trio.sleep(self.backoff * 2 ** (attempt - 1))
+            batch = [requests[i] for i in pending]
+            body = {
+                "input_ids": [prompts[i] for i in pending],
+                "sampling_params": [params[i] for i in pending],
+                "return_logprob": True,
+            }
             try:
-                return await self._once(client, path, body, what)
-            except _Transient as e:
-                failures.append(str(e))
+                items = await self._call(client, url, "/generate", body, _who(batch))
+            except _Lost as e:
+                self._lose(url, str(e), moved=len(pending))
+                return answers
+            if isinstance(items, dict) and len(batch) == 1:
+                items = [items]
+            if not isinstance(items, list) or len(items) != len(batch):
+                got = len(items) if isinstance(items, list) else type(items).__name__
+                raise PolicyError(
+                    f"SGLang server {url}: /generate answered {got} items for {_who(batch)}"
+                )
+            aborted = []
+            for i, item in zip(pending, items, strict=True):
+                try:
+                    answers[i] = self._parse(url, item, requests[i], len(prompts[i]), version)
+                except _Aborted as e:
+                    aborted.append(i)
+                    why = str(e)
+            pending = aborted
+            if not pending:
+                return answers
         raise PolicyError(
-            f"SGLang server {self.url}: {path} for {what} failed {self.attempts} times "
-            f"(last: {failures[-1]})"
+            f"SGLang server {url}: generation was aborted {self.attempts} times for "
+            f"{_who([requests[i] for i in pending])} (last: {why})"
         )
 
-    async def _once(
-        self, client: httpx.AsyncClient, path: str, body: dict[str, Any] | None, what: str
-    ) -> Any:
-        try:
-            if body is None:
-                r = await client.get(self.url + path)
-            else:
-                r = await client.post(self.url + path, json=body)
-        except httpx.TimeoutException as e:
-            raise _Transient(f"timed out after {self.timeout:g}s ({type(e).__name__})") from e
-        except httpx.TransportError as e:  # refused, reset, dropped mid-answer
-            raise _Transient(f"{type(e).__name__}: {e}") from e
-        if r.status_code == 429 or r.status_code >= 500:
-            raise _Transient(f"HTTP {r.status_code}: {r.text[:300]}")
-        if r.status_code >= 400:
+    def _lose(self, url: str, why: str, moved: int) -> None:
+        self.lost_servers.append(url)
+        self._lost_why[url] = why
+        self.requests_moved += moved
+        log.warning(
+            "SGLang server lost; its requests go to the others",
+            server=url,
+            why=why,
+            requests_moved=moved,
+            servers_left=len(self.live_servers),
+        )
+
+    async def _on_all(
+        self, urls: Sequence[str], step: Callable[[str], Awaitable[None]]
+    ) -> tuple[list[str], dict[str, Exception]]:
+        """``step`` on every server at once, each to its end: the servers that did it, in order,
+        and the errors of those that did not. A server found unreachable is lost."""
+        failed: dict[str, Exception] = {}
+
+        async def one(url: str) -> None:
+            try:
+                await step(url)
+            except _Lost as e:
+                self._lose(url, str(e), moved=0)
+            except (PolicyError, ValueError) as e:
+                failed[url] = e
+
+        async with trio.open_nursery() as nursery:
+            for url in urls:
+                nursery.start_soon(one, url)
+        done = [u for u in urls if u not in failed and u not in self.lost_servers]
+        return done, {u: failed[u] for u in urls if u in failed}
+
+    async def _ensure_ready(self, client: httpx.AsyncClient) -> None:
+        """Once: every server healthy (503 while it starts is waited out) and, when seeds are
+        sent, every server one that honours them."""
+        async with self._ready_lock:
+            if self._ready:
+                return
+            jobs = [functools.partial(self._check_server, client, u) for u in self.live_servers]
+            await _concurrently(jobs)
+            if not self.seeded:
+                log.warning(
+                    "seeds are off: each SGLang request is sampled without its seed, so a "
+                    "replay of this run will not sample the same tokens",
+                    policy=self.name,
+                )
+            self._ready = True
+
+    async def _check_server(self, client: httpx.AsyncClient, url: str) -> None:
+        await self._wait_healthy(client, url)
+        info, path = await self._first_of(
+            client, url, ("/server_info", "/get_server_info"), "the server's settings"
+        )
+        deterministic = info.get("enable_deterministic_inference")
+        release = _version_tuple(info.get("version"))
+        if not self.seeded:
+            if deterministic is True:
+                log.warning(
+                    "this server runs deterministic inference and gets no seeds: it samples "
+                    "every request with seed 42, so equal prompts get equal answers",
+                    server=url,
+                )
+            return
+        if release is not None and release < MIN_SGLANG:
             raise PolicyError(
-                f"SGLang server {self.url}: {path} for {what} was refused with HTTP "
-                f"{r.status_code}: {r.text[:500]}"
+                f"SGLang server {url} runs sglang {info.get('version')}; per-request seeds "
+                "(sampling_seed) need sglang >= 0.5.3 (or give the spec seeds=off)"
             )
-        try:
-            return r.json()
-        except ValueError:
+        if deterministic is not True:
+            said = (
+                f"its {path} says enable_deterministic_inference={deterministic!r}"
+                if "enable_deterministic_inference" in info
+                else f"its {path} does not mention enable_deterministic_inference"
+            )
             raise PolicyError(
-                f"SGLang server {self.url}: {path} for {what} answered something that is not "
-                f"JSON: {r.text[:200]!r}"
-            ) from None
+                f"SGLang server {url} does not run with --enable-deterministic-inference ({said}),"
+                " so it would ignore each request's sampling_seed and a replay would sample "
+                "other tokens; restart it with that flag, or give the spec seeds=off"
+            )
+
+    async def _wait_healthy(self, client: httpx.AsyncClient, url: str) -> None:
+        deadline = trio.current_time() + self.wait
+        unreachable = 0
+        while True:
+            try:
+                r = await self._request(client, url, "/health", None)
+            except _Unreachable as e:
+                unreachable += 1
+                if unreachable >= self.attempts:
+                    raise PolicyError(
+                        f"SGLang server {url} cannot be reached ({e}); is it running there?"
+                    ) from None
+                why = str(e)
+            else:
+                if r.status_code == 200:
+                    return
+                if r.status_code != 503:
+                    raise PolicyError(
+                        f"SGLang server {url}: /health answered HTTP {r.status_code}: "
+                        f"{_excerpt(r.text, 200)}"
+                    )
+                why = "HTTP 503, still starting"
+            if trio.current_time() >= deadline:
+                raise PolicyError(
+                    f"SGLang server {url} was not ready after {self.wait:g}s (last: {why}); a "
+                    "large model takes minutes to load: give the spec a longer wait=SECONDS"
+                )
+            await trio.sleep(_POLL)
+
+    async def _model_info(self, client: httpx.AsyncClient, url: str, what: str) -> dict[str, Any]:
+        info, _ = await self._first_of(client, url, ("/model_info", "/get_model_info"), what)
+        return info
+
+    async def _first_of(
+        self, client: httpx.AsyncClient, url: str, paths: Sequence[str], what: str
+    ) -> tuple[dict[str, Any], str]:
+        """The first of ``paths`` the server has (newer SGLang renamed /get_X to /X and keeps the
+        old name as an alias; older servers answer 404 to the new one)."""
+        for path in paths:
+            got = await self._call(client, url, path, None, what, missing_ok=True)
+            if got is None:
+                continue
+            if not isinstance(got, dict):
+                raise PolicyError(f"SGLang server {url}: {path} answered {str(got)[:200]!r}")
+            return got, path
+        raise PolicyError(f"SGLang server {url} answers none of {', '.join(paths)} ({what})")
 
     async def _ensure_tokenizer(self, client: httpx.AsyncClient) -> Any:
         if self._tokenizer is not None:
             return self._tokenizer
         source = self._tokenizer_source
         if source is None:
-            info = await self._call(client, "/get_model_info", None, "the model's tokenizer")
-            source = isinstance(info, dict) and (
-                info.get("tokenizer_path") or info.get("model_path")
-            )
+            if not self.live_servers:
+                raise PolicyError(f"{self.name}: every server is lost; none can name the model")
+            url = self.live_servers[0]
+            info = await self._model_info(client, url, "the model's tokenizer")
+            source = info.get("tokenizer_path") or info.get("model_path")
             if not source or not Path(source).is_dir():
                 raise PolicyError(
-                    f"SGLang server {self.url} serves {source!r}, which is not a directory on "
-                    "this machine; give SGLangPolicy(tokenizer=PATH) the model's tokenizer"
+                    f"SGLang server {url} serves {source!r}, which is not a directory on this "
+                    "machine; give the spec tokenizer=DIR, a local copy of the model's tokenizer"
                 )
         self._tokenizer = load_tokenizer(source) if isinstance(source, str | Path) else source
         return self._tokenizer
 
+    # -- HTTP -------------------------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        # A client per call: a connection pool belongs to one event loop, and a policy outlives
+        # many trio.run calls (one per episode batch or fork). One TCP connect per server per GPU
+        # batch is nothing next to the batch.
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
+            headers=self._headers,
+        )
+
+    async def _request(
+        self, client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any] | None
+    ) -> httpx.Response:
+        try:
+            if body is None:
+                return await client.get(url + path)
+            return await client.post(url + path, json=body)
+        except httpx.TimeoutException as e:
+            raise _Unreachable(f"timed out after {self.timeout:g}s ({type(e).__name__})") from e
+        except httpx.TransportError as e:  # refused, reset, dropped mid-answer
+            raise _Unreachable(f"{type(e).__name__}: {e}") from e
+
+    async def _call(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        path: str,
+        body: dict[str, Any] | None,
+        what: str,
+        *,
+        missing_ok: bool = False,
+        refusal: bool = False,
+    ) -> Any:
+        """One call with bounded retries of transient failures; the decoded JSON answer. None for
+        a 404 when ``missing_ok``; the JSON of an HTTP 400 when ``refusal`` (the caller reads
+        why). :class:`_Lost` when the server stayed unreachable."""
+        last, unreachable = "", False
+        for attempt in range(self.attempts):
+            if attempt:
+                await trio.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                r = await self._request(client, url, path, body)
+            except _Unreachable as e:
+                last, unreachable = str(e), True
+                continue
+            if r.status_code == 429 or r.status_code >= 500:
+                last, unreachable = f"HTTP {r.status_code}: {_excerpt(r.text, 300)}", False
+                continue
+            if r.status_code == 404 and missing_ok:
+                return None
+            if r.status_code >= 400 and not (refusal and r.status_code == 400):
+                hint = " (wrong or missing API key?)" if r.status_code == 401 else ""
+                raise PolicyError(
+                    f"SGLang server {url}: {path} for {what} was refused with HTTP "
+                    f"{r.status_code}{hint}: {_excerpt(r.text, 500)}"
+                )
+            try:
+                return r.json()
+            except ValueError:
+                raise PolicyError(
+                    f"SGLang server {url}: {path} for {what} answered something that is not "
+                    f"JSON: {r.text[:200]!r}"
+                ) from None
+        failure = _Lost if unreachable else PolicyError
+        raise failure(
+            f"SGLang server {url}: {path} for {what} failed {self.attempts} times (last: {last})"
+        )
+
     # -- the protocol's shapes --------------------------------------------------------------------
 
-    def _generate_body(
-        self, batch: Sequence[PolicyRequest], prompts: Sequence[list[int]]
-    ) -> dict[str, Any]:
-        params = []
-        for r in batch:
-            if r.temperature < _MIN_TEMPERATURE:
-                raise PolicyError(
-                    f"SGLang server {self.url}: agent {r.agent} turn {r.turn} asks temperature "
-                    f"{r.temperature}; below {_MIN_TEMPERATURE} SGLang samples greedily and its "
-                    "logprobs are not the sampling distribution's"
-                )
-            p: dict[str, Any] = {
-                "temperature": r.temperature,
-                "max_new_tokens": r.max_tokens,
-                "top_p": 1.0,
-                "top_k": -1,
-                "min_p": 0.0,
-                "frequency_penalty": 0.0,
-                "presence_penalty": 0.0,
-                "repetition_penalty": 1.0,
-                self.constraint: _constraint(r.space, self.constraint),
-            }
-            if self.seeded:
-                p["sampling_seed"] = r.seed & _SEED_MASK
-            params.append(p)
-        return {"input_ids": list(prompts), "sampling_params": params, "return_logprob": True}
+    def _params(self, r: PolicyRequest) -> dict[str, Any]:
+        if r.temperature < _MIN_TEMPERATURE:
+            raise PolicyError(
+                f"{self.name}: agent {r.agent} turn {r.turn} asks temperature {r.temperature}; "
+                f"below {_MIN_TEMPERATURE} SGLang samples greedily and its logprobs are not the "
+                "sampling distribution's"
+            )
+        p: dict[str, Any] = {
+            "temperature": r.temperature,
+            "max_new_tokens": r.max_tokens,
+            "top_p": 1.0,
+            "top_k": -1,
+            "min_p": 0.0,
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
+            "repetition_penalty": 1.0,
+            self.constraint: _constraint(r.space, self.constraint),
+        }
+        if self.seeded:
+            p["sampling_seed"] = r.seed & _SEED_MASK
+        return p
 
     def _parse(
-        self, item: Any, req: PolicyRequest, n_prompt: int, version: int, tokenizer: Any
+        self, url: str, item: Any, req: PolicyRequest, n_prompt: int, version: int
     ) -> PolicyResponse:
         """One answer as a response; :class:`_Aborted` when the server aborted it for a reason
         that may pass (a pause), a :class:`PolicyError` for any other answer."""
 
         def bad(why: str) -> PolicyError:
             return PolicyError(
-                f"SGLang server {self.url}: malformed /generate answer for agent {req.agent} "
+                f"SGLang server {url}: malformed /generate answer for agent {req.agent} "
                 f"turn {req.turn}: {why}"
             )
 
@@ -358,12 +746,7 @@ class SGLangPolicy:
             raise _Aborted(str(finish.get("message", "aborted")))
         if kind not in ("stop", "length"):
             raise bad(f"finish_reason {finish!r}")
-        label = meta.get("weight_version")
-        if self._label is not None and label is not None and str(label) != self._label:
-            raise bad(
-                f"the server reports weight version {label!r} but this client loaded "
-                f"{self._label!r} (did another client update the weights?)"
-            )
+        self._check_label(url, meta.get("weight_version"), bad)
         pairs = meta.get("output_token_logprobs")
         if not isinstance(pairs, list):
             raise bad("meta_info.output_token_logprobs is missing (was return_logprob sent?)")
@@ -391,10 +774,173 @@ class SGLangPolicy:
             raise bad(f"the server read {seen} prompt tokens of the {n_prompt} sent (truncated?)")
         text = item.get("text")
         if not isinstance(text, str):
-            text = tokenizer.decode(ids, skip_special_tokens=True)
+            text = self._tokenizer.decode(ids, skip_special_tokens=True)
         return PolicyResponse(
             text=text, token_ids=ids, logprobs=logprobs, prompt_tokens=n_prompt, version=version
         )
+
+    def _check_label(self, url: str, label: Any, bad: Callable[[str], PolicyError]) -> None:
+        """The weight version a server reports must be the one this client loaded, or, before
+        any load, the same on every server."""
+        if label is None:
+            return
+        label = str(label)
+        if self._label is not None:
+            if label != self._label:
+                raise bad(
+                    f"the server reports weight version {label!r} but this client loaded "
+                    f"{self._label!r} (did another client update the weights?)"
+                )
+        elif self._first_label is None:
+            self._first_label = (url, label)
+        elif self._first_label[1] != label:
+            raise bad(
+                f"the server reports weight version {label!r} but {self._first_label[0]} "
+                f"reports {self._first_label[1]!r}: the servers hold different weights"
+            )
+
+
+# -- the spec -----------------------------------------------------------------------------------
+
+_CLIENT_OPTIONS = ("seeds", "api-key-env", "wait", "constraint", "tokenizer")
+_FLAG_ALIASES = {"dp": "--dp-size", "tp": "--tp-size"}
+_OWNED_FLAGS = ("--model-path", "--host", "--port", "--api-key")  # set by the launcher itself
+
+
+class SGLangSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed ``sglang:...`` spec (see the module docstring)."""
+
+    urls: tuple[str, ...] = ()
+    model: str = ""  # launch: the model directory
+    server_args: tuple[str, ...] = ()  # launch: after --model-path/--host/--port
+    seeds: bool = True
+    api_key_env: str = ""
+    wait: float = 900.0
+    constraint: Constraint = "regex"
+    tokenizer: str = ""  # a local tokenizer directory (default: the one the server names)
+
+    def launch_args(self, api_key: str | None) -> list[str]:
+        """The flags a launched server gets after --model-path, --host and --port."""
+        args = list(self.server_args)
+        if self.seeds:
+            args.append("--enable-deterministic-inference")
+        if api_key:
+            args += ["--api-key", api_key]
+        return args
+
+
+def parse_spec(arg: str) -> SGLangSpec:
+    """``arg`` is what follows ``sglang:``; a :class:`ValueError` names what is wrong."""
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"policy sglang:{arg}: {why}")
+
+    try:
+        words = shlex.split(arg)
+    except ValueError as e:
+        raise bad(f"cannot split it into words ({e})") from None
+    if not words:
+        raise bad("expected sglang:URL[,URL...] or sglang:launch:MODEL_DIR")
+    head, rest, raw = words[0], words[1:], []
+    if "--" in rest:
+        cut = rest.index("--")
+        rest, raw = rest[:cut], rest[cut + 1 :]
+    options: dict[str, str] = {}
+    for word in rest:
+        key, eq, value = word.partition("=")
+        if not (key and eq and value):
+            raise bad(f"{word!r} is not OPTION=VALUE (server flags without a value go after --)")
+        if key in options:
+            raise bad(f"option {key!r} is given twice")
+        options[key] = value
+    fields: dict[str, Any] = {}
+    if head.startswith("launch:"):
+        fields["model"] = head.removeprefix("launch:")
+        if not fields["model"]:
+            raise bad("sglang:launch:MODEL_DIR needs a model directory")
+    elif head == "launch":
+        raise bad("sglang:launch:MODEL_DIR needs a model directory")
+    else:
+        urls = head.split(",")
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise bad(f"{url!r} is not an http:// or https:// URL (or launch:MODEL_DIR)")
+        if len(set(urls)) != len(urls):
+            raise bad("a server URL is given twice")
+        fields["urls"] = tuple(urls)
+        if raw:
+            raise bad("arguments after -- are for a server this program launches (launch:DIR)")
+    seeds = options.pop("seeds", "on")
+    if seeds not in ("on", "off"):
+        raise bad(f"seeds must be on or off, not {seeds!r}")
+    fields["seeds"] = seeds == "on"
+    if "wait" in options:
+        wait = options.pop("wait")
+        try:
+            fields["wait"] = float(wait)
+        except ValueError:
+            raise bad(f"wait must be a number of seconds, not {wait!r}") from None
+        if not (math.isfinite(fields["wait"]) and fields["wait"] > 0):
+            raise bad(f"wait must be a number of seconds > 0, not {wait!r}")
+    if "api-key-env" in options:
+        fields["api_key_env"] = options.pop("api-key-env")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", fields["api_key_env"]):
+            raise bad(f"api-key-env={fields['api_key_env']!r} is not an environment variable name")
+    if "constraint" in options:
+        fields["constraint"] = options.pop("constraint")
+        if fields["constraint"] not in ("regex", "ebnf"):
+            raise bad(f"constraint must be regex or ebnf, not {fields['constraint']!r}")
+    if "tokenizer" in options:
+        fields["tokenizer"] = options.pop("tokenizer")
+    if options and not fields.get("model"):
+        raise bad(
+            f"unknown option(s) {', '.join(options)}; a URL spec takes {', '.join(_CLIENT_OPTIONS)}"
+        )
+    args: list[str] = []
+    for key, value in options.items():
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+            raise bad(f"{key!r} is not a server flag name (like mem-fraction-static)")
+        args += [_FLAG_ALIASES.get(key, f"--{key}"), value]
+    for flag in [*args[::2], *raw]:
+        if flag.split("=")[0] in _OWNED_FLAGS:
+            name = flag.split("=")[0]
+            raise bad(f"{name} is set by the launcher (use api-key-env=VAR for a key)")
+    fields["server_args"] = (*args, *raw)
+    return SGLangSpec(**fields)
+
+
+def policy_from_spec(arg: str, *, command: Sequence[str] | None = None) -> SGLangPolicy:
+    """The policy an ``sglang:`` spec names (``arg`` follows ``sglang:``), its server launched
+    first for ``launch:``. ``command`` replaces ``sglang serve`` (tests start a stand-in)."""
+    spec = parse_spec(arg)
+    api_key = None
+    if spec.api_key_env:
+        api_key = os.environ.get(spec.api_key_env)
+        if not api_key:
+            raise ValueError(
+                f"policy sglang:{arg}: api-key-env={spec.api_key_env}, but that environment "
+                "variable is not set"
+            )
+    if spec.tokenizer and not Path(spec.tokenizer).is_dir():
+        raise ValueError(
+            f"policy sglang:{arg}: tokenizer directory {spec.tokenizer!r} does not exist"
+        )
+    common: dict[str, Any] = {
+        "seeded": spec.seeds,
+        "api_key": api_key,
+        "wait": spec.wait,
+        "constraint": spec.constraint,
+        "name": f"sglang:{arg}",
+    }
+    if not spec.model:
+        return SGLangPolicy(spec.urls, tokenizer=spec.tokenizer or None, **common)
+    if not Path(spec.model).is_dir():
+        raise ValueError(f"policy sglang:{arg}: model directory {spec.model!r} does not exist")
+    server = SGLangServer.launch(
+        spec.model, args=spec.launch_args(api_key), command=command, timeout=spec.wait
+    )
+    tokenizer = spec.tokenizer or spec.model
+    return SGLangPolicy([server.url], tokenizer=tokenizer, servers=[server], **common)
 
 
 # -- a server of our own ------------------------------------------------------------------------
@@ -436,10 +982,10 @@ def _stop_group(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
 class SGLangServer:
     """An SGLang server process this program started on a free loopback port.
 
-    :meth:`launch` returns once ``/health`` answers 200; :meth:`stop` ends the server's whole
-    process group. Its output goes to :attr:`log`, a temporary file kept only when it failed.
-    The process is also stopped when this object is collected or the interpreter exits, so a
-    crashed run leaves no server holding a GPU.
+    :meth:`launch` returns once ``/health`` answers 200 (503 means it is still loading);
+    :meth:`stop` ends the server's whole process group. Its output goes to :attr:`log`, a
+    temporary file kept only when it failed. The process is also stopped when this object is
+    collected or the interpreter exits, so a crashed run leaves no server holding a GPU.
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
@@ -465,9 +1011,9 @@ class SGLangServer:
         argv = [*(command or sglang_command()), "--model-path", str(model)]
         argv += ["--host", host, "--port", str(port), *args]
         fd, log_name = tempfile.mkstemp(prefix="sglang-", suffix=".log")
-        with os.fdopen(fd, "wb") as log:
+        with os.fdopen(fd, "wb") as out:
             proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         server = cls(proc, f"http://{host}:{port}", Path(log_name))
         try:
@@ -485,6 +1031,7 @@ class SGLangServer:
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        last = "no answer yet"
         with httpx.Client(timeout=5.0) as client:
             while True:
                 code = self.proc.poll()
@@ -493,15 +1040,20 @@ class SGLangServer:
                         f"SGLang server {self.url} exited with code {code} before it was "
                         f"healthy; the end of its log ({self.log}):\n{self.log_tail()}"
                     )
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get(self.url + "/health").status_code == 200:
+                try:
+                    status = client.get(self.url + "/health").status_code
+                except httpx.TransportError as e:
+                    last = type(e).__name__
+                else:
+                    if status == 200:
                         return
+                    last = f"HTTP {status}" + (", still starting" if status == 503 else "")
                 if time.monotonic() > deadline:
                     raise PolicyError(
-                        f"SGLang server {self.url} was not healthy after {timeout:g}s; the end of "
-                        f"its log ({self.log}):\n{self.log_tail()}"
+                        f"SGLang server {self.url} was not healthy after {timeout:g}s (last: "
+                        f"{last}); the end of its log ({self.log}):\n{self.log_tail()}"
                     )
-                time.sleep(0.25)
+                time.sleep(_POLL)
 
     def stop(self, *, keep_log: bool = False) -> None:
         _stop_group(self.proc)

@@ -6,6 +6,9 @@ from pathlib import Path
 
 from hypothesis import settings
 
+# A test stopped by pytest-timeout inside trio.run must not break the tests after it.
+from trio_timeouts import pytest_runtest_call  # noqa: F401  (a hook: pytest finds it here)
+
 from collective import EpisodeConfig, run_episode
 from collective.records import Episode
 from policy.base import PolicyRequest
@@ -20,7 +23,12 @@ BUMPS = f"{Path(__file__).parent / 'fragile.py'}:Bumps"
 
 
 def run(script: object, **cfg: object) -> Episode:
-    """Run one episode with a scripted policy (a function of the request) or a given policy."""
+    """Run one episode with a scripted policy (a function of the request) or a given policy.
+
+    Scripts write whole actions, a file of the repo world (up to 4,000 characters, a token a
+    byte) included, so answers may be that long unless a test sets ``max_output_tokens``: past
+    it an answer is an invalid action."""
+    cfg.setdefault("max_output_tokens", 4096)
     policy = ScriptedPolicy(script) if callable(script) else script  # type: ignore[arg-type]
     return run_episode(EpisodeConfig(**cfg), policy)  # type: ignore[arg-type]
 

@@ -1,27 +1,36 @@
-"""The SGLang client against a stand-in server.
+"""The SGLang client against stand-in servers.
 
 SGLang needs a CUDA GPU, which this machine does not have, so these tests run the real client
-(real HTTP over loopback, real trio, the model's real tokenizer) against ``sglang_fake``, a small
-in-process HTTP server that speaks the request and response shapes of SGLang's native API as
-SGLang documents them. It stands in for a real SGLang server; it is not one (it samples from the
-regex instead of a model, and its logprobs are stand-in numbers).
+(real HTTP over loopback, real trio, the model's real tokenizer, real server processes where a
+process matters) against ``sglang_fake``, a small HTTP server that answers as SGLang's native API
+does, refusals included (its docstring cites the real source for each). It stands in for a real
+SGLang server; it is not one (it samples from the regex instead of a model, and its logprobs are
+stand-in numbers).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import msgspec
 import pytest
+import structlog
 import trio
 from hf_tiny import make_model, make_tokenizer
 from sglang_fake import FakeSGLang, stand_in_logprob
 
+from collective import log as logsetup
 from collective.actions import ActionSpace, ArgSpec, ToolSpec, parse_action
 from collective.cli import main as cli_main
 from collective.records import load_episode
@@ -32,10 +41,17 @@ from policy.constraint import action_ebnf, action_regex
 from policy.factory import make_policy
 from policy.hf import HFModel
 from policy.hf_prompt import prompt_ids
-from policy.sglang import SGLangPolicy, SGLangServer, free_port
+from policy.sglang import (
+    SGLangPolicy,
+    SGLangServer,
+    free_port,
+    parse_spec,
+    policy_from_spec,
+    split,
+)
 from worlds.tally import Tally
 
-FAKE_SCRIPT = Path(__file__).with_name("sglang_fake.py")
+FAKE = [sys.executable, str(Path(__file__).with_name("sglang_fake.py"))]
 WAIT = ToolSpec("wait", (ArgSpec("seconds", "int", lo=0, hi=600),), "wait")
 SPACE = ActionSpace((*Tally(3).tool_specs(), WAIT))
 
@@ -49,14 +65,29 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def fake(model_dir: Path):
-    server = FakeSGLang(model_dir).start()
+    server = FakeSGLang(model_dir, deterministic=True).start()
     yield server
     server.stop()
 
 
-def client(url: str, **kw) -> SGLangPolicy:
-    kw = {"timeout": 5.0, "attempts": 3, "backoff": 0.01, **kw}
-    return SGLangPolicy(url, **kw)
+@pytest.fixture
+def fleet(model_dir: Path):
+    servers = [FakeSGLang(model_dir, deterministic=True).start() for _ in range(3)]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def weights(tmp_path: Path) -> Path:
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "config.json").write_text("{}")  # what the stand-in checks for
+    return tmp_path / "v1"
+
+
+def client(urls: str | list[str], **kw) -> SGLangPolicy:
+    kw = {"timeout": 5.0, "attempts": 3, "backoff": 0.01, "wait": 5.0, **kw}
+    return SGLangPolicy(urls, **kw)
 
 
 def requests(n: int = 3, turn: int = 0) -> list[PolicyRequest]:
@@ -73,7 +104,14 @@ def requests(n: int = 3, turn: int = 0) -> list[PolicyRequest]:
     ]
 
 
-def test_a_batch_is_one_request_and_answers_tokens_logprobs_and_version(fake, model_dir):
+def tokens(responses) -> list[list[int]]:
+    return [r.token_ids for r in responses]
+
+
+# -- one server ---------------------------------------------------------------------------------
+
+
+def test_a_batch_is_one_request_and_answers_tokens_logprobs_and_version(fake):
     policy = client(fake.url)
     reqs = requests(3)
     out = trio.run(policy.generate, reqs)
@@ -116,24 +154,19 @@ def test_ebnf_constraint_is_sent_instead_of_the_regex(fake):
         assert "regex" not in params
 
 
-def test_weight_sync_pauses_updates_continues_and_bumps_the_version(fake, tmp_path):
+def test_weight_sync_pauses_updates_checks_continues_and_bumps_the_version(fake, weights):
     policy = client(fake.url)
-    (tmp_path / "config.json").write_text("{}")  # what the stand-in checks for
     assert [r.version for r in trio.run(policy.generate, requests(2))] == [0, 0]
     n_before = len(fake.log)
 
-    trio.run(policy.update_weights, tmp_path, 3)
+    trio.run(policy.update_weights, weights, 3)
 
-    assert [p for p, _ in fake.log[n_before:]] == [
-        "/pause_generation",
-        "/update_weights_from_disk",
-        "/continue_generation",
+    assert fake.log[n_before:] == [
+        ("/pause_generation", {"mode": "abort"}),
+        ("/update_weights_from_disk", {"model_path": str(weights), "weight_version": "3"}),
+        ("/continue_generation", {}),
     ]
-    assert fake.posts("/update_weights_from_disk")[0] == {
-        "model_path": str(tmp_path),
-        "weight_version": "3",
-    }
-    assert not fake.paused
+    assert not fake.paused and fake.weight_version == "3"
     assert policy.version == 3
     assert [r.version for r in trio.run(policy.generate, requests(2))] == [3, 3]
 
@@ -149,15 +182,48 @@ def test_weights_saved_by_the_hf_learner_load_into_the_server(fake, model_dir, t
     assert {r.version for r in trio.run(policy.generate, requests(3))} == {1}
 
 
-def test_a_failed_update_resumes_generation_and_keeps_the_version(fake, tmp_path):
+def test_a_refused_update_names_the_server_resumes_generation_and_keeps_the_version(fake, tmp_path):
     policy = client(fake.url)
-    with pytest.raises(PolicyError, match=r"update_weights_from_disk.*HTTP 400.*Failed to get"):
+    with pytest.raises(PolicyError, match=r"Failed to get weights iterator") as e:
         trio.run(policy.update_weights, tmp_path / "missing", 1)
+    assert str(e.value).startswith(f"SGLang server {fake.url} refused to load weights")
+    assert "\n" not in str(e.value)
     assert [p for p, _ in fake.log][-1] == "/continue_generation"
     assert not fake.paused
     assert policy.version == 0
+    assert len(trio.run(policy.generate, requests(2))) == 2  # the old weights still serve
     with pytest.raises(ValueError, match="version must be >= 0"):
         trio.run(policy.update_weights, tmp_path, -1)
+
+
+def test_an_update_waits_for_the_batch_in_flight_instead_of_aborting_it(model_dir, weights):
+    fake = FakeSGLang(model_dir, deterministic=True, decode_delay=0.3).start()
+    policy = client(fake.url)
+    got = []
+
+    async def both() -> None:
+        async def batch() -> None:
+            got.extend(await policy.generate(requests(2)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batch)
+            while not fake.posts("/generate"):
+                await trio.sleep(0.01)
+            nursery.start_soon(policy.update_weights, weights, 1)
+
+    try:
+        trio.run(both)
+    finally:
+        fake.stop()
+    # A pause in abort mode would have aborted the batch and its prompts been sampled again by
+    # the new weights while reporting the old version; the update waited for it instead.
+    assert [p for p, _ in fake.log] == [
+        "/generate",
+        "/pause_generation",
+        "/update_weights_from_disk",
+        "/continue_generation",
+    ]
+    assert [r.version for r in got] == [0, 0] and policy.version == 1
 
 
 def test_a_request_pinned_to_another_version_is_refused(fake):
@@ -171,30 +237,33 @@ def test_a_request_pinned_to_another_version_is_refused(fake):
     assert len(trio.run(policy.generate, reqs[:2])) == 2  # latest (-1) and 0 are version 0
 
 
-def test_weights_changed_behind_the_clients_back_are_an_error(fake, tmp_path):
+def test_weights_changed_behind_the_clients_back_are_an_error(fake, weights):
     policy = client(fake.url)
-    (tmp_path / "config.json").write_text("{}")
-    trio.run(policy.update_weights, tmp_path, 1)
+    trio.run(policy.update_weights, weights, 1)
     fake.weight_version = "7"  # another client loaded other weights
     with pytest.raises(PolicyError, match=r"weight version '7'.*loaded '1'"):
         trio.run(policy.generate, requests(1))
 
 
-@pytest.mark.parametrize("fault", ["503", "500", "drop"])
+@pytest.mark.parametrize("fault", ["503", "500", "drop", "unavailable-first"])
 def test_transient_failures_are_retried_then_succeed(fake, fault):
     fake.faults = [fault, fault]
-    out = trio.run(client(fake.url, attempts=3).generate, requests(2))
+    policy = client(fake.url, attempts=3)
+    out = trio.run(policy.generate, requests(2))
     assert len(fake.posts("/generate")) == 3
     assert all(parse_action(r.text, SPACE) for r in out)
+    assert policy.lost_servers == []
 
 
 def test_an_error_status_fails_after_bounded_retries(fake):
     fake.faults = ["500"] * 10
+    policy = client(fake.url, attempts=3)
     with pytest.raises(PolicyError) as e:
-        trio.run(client(fake.url, attempts=3).generate, requests(2))
+        trio.run(policy.generate, requests(2))
     assert len(fake.posts("/generate")) == 3
     assert fake.url in str(e.value) and "failed 3 times" in str(e.value)
     assert "agent 0 turn 0" in str(e.value) and "HTTP 500" in str(e.value)
+    assert policy.lost_servers == []  # it answered: failing is not being gone
 
 
 def test_a_refusal_is_not_retried(fake):
@@ -208,9 +277,8 @@ def test_server_down_is_a_clear_error():
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     t0 = time.monotonic()
     with pytest.raises(PolicyError) as e:
-        trio.run(client(url, attempts=3, tokenizer=make_tokenizer()).generate, requests(2, turn=5))
-    assert url in str(e.value) and "agent 0 turn 5" in str(e.value)
-    assert "ConnectError" in str(e.value)
+        trio.run(client(url, tokenizer=make_tokenizer()).generate, requests(2, turn=5))
+    assert f"SGLang server {url} cannot be reached (ConnectError" in str(e.value)
     assert time.monotonic() - t0 < 5  # bounded: three quick tries
 
 
@@ -259,12 +327,12 @@ def test_an_aborted_prompt_is_sent_again_alone(fake):
     assert all(parse_action(r.text, SPACE) for r in out)
 
 
-def test_a_prompt_aborted_every_time_is_an_error_and_a_refused_one_is_not_retried(fake):
+def test_a_prompt_aborted_every_time_is_an_error_and_a_refused_one_fails_the_request(fake):
     fake.faults = ["abort-first"] * 3
     with pytest.raises(PolicyError, match=r"aborted 3 times .*agent 0 turn 0.*Abort before"):
         trio.run(client(fake.url, attempts=3).generate, requests(2))
     fake.faults = ["refuse-first"]
-    with pytest.raises(PolicyError, match=r"agent 0 turn 0: the server refused it: 'Invalid"):
+    with pytest.raises(PolicyError, match=r"refused with HTTP 400: .*Invalid grammar"):
         trio.run(client(fake.url).generate, requests(2))
 
 
@@ -275,13 +343,376 @@ def test_a_near_greedy_temperature_is_refused_before_anything_is_sent(fake):
     assert fake.posts("/generate") == []
 
 
-def test_bad_arguments_are_refused_early():
+# -- seeds, keys, start-up, older servers -------------------------------------------------------
+
+
+def test_seeds_are_refused_to_a_server_that_would_ignore_them(model_dir, fake):
+    plain = FakeSGLang(model_dir).start()  # started without --enable-deterministic-inference
+    try:
+        with pytest.raises(PolicyError) as e:
+            trio.run(client(plain.url).generate, requests(2))
+        assert f"SGLang server {plain.url} does not run with --enable-deterministic-inference" in (
+            str(e.value)
+        )
+        assert "enable_deterministic_inference=False" in str(e.value)
+        assert plain.posts("/generate") == []
+
+        # What it would have done: eight copies of one seeded prompt get different answers
+        # (the deterministic server answers all eight alike).
+        def answers(server: FakeSGLang) -> set[tuple[int, ...]]:
+            params = {"regex": action_regex(SPACE), "sampling_seed": 5}
+            body = {"input_ids": [[1, 2]] * 8, "sampling_params": params}
+            items = httpx.post(server.url + "/generate", json=body).json()
+            return {tuple(item["output_ids"]) for item in items}
+
+        assert len(answers(plain)) > 1 and len(answers(fake)) == 1
+        # seeds=off sends none, and says so.
+        with structlog.testing.capture_logs() as logs:
+            policy = policy_from_spec(f"{plain.url} seeds=off")
+            assert len(trio.run(policy.generate, requests(2))) == 2
+        assert "sampling_seed" not in plain.posts("/generate")[-1]["sampling_params"][0]
+        assert any("seeds are off" in entry["event"] for entry in logs)
+    finally:
+        plain.stop()
+
+
+def test_a_server_older_than_sampling_seed_is_refused(model_dir):
+    old = FakeSGLang(model_dir, deterministic=True, version="0.5.2").start()
+    try:
+        with pytest.raises(PolicyError, match=r"runs sglang 0\.5\.2; .* need sglang >= 0\.5\.3"):
+            trio.run(client(old.url).generate, requests(1))
+    finally:
+        old.stop()
+
+
+def test_an_api_key_is_sent_as_a_bearer_token(model_dir, monkeypatch):
+    keyed = FakeSGLang(model_dir, deterministic=True, api_key="s3cret").start()
+    try:
+        with pytest.raises(PolicyError, match=r"HTTP 401 \(wrong or missing API key\?\)"):
+            trio.run(client(keyed.url).generate, requests(1))
+        monkeypatch.setenv("FLEET_KEY", "s3cret")
+        policy = policy_from_spec(f"{keyed.url} api-key-env=FLEET_KEY")
+        assert len(trio.run(policy.generate, requests(2))) == 2
+        assert "s3cret" not in policy.name  # the spec names the variable, not the key
+        monkeypatch.delenv("FLEET_KEY")
+        with pytest.raises(ValueError, match="api-key-env=FLEET_KEY, but that environment"):
+            policy_from_spec(f"{keyed.url} api-key-env=FLEET_KEY")
+    finally:
+        keyed.stop()
+
+
+def test_a_starting_server_is_waited_for_up_to_a_limit(model_dir):
+    starting = FakeSGLang(model_dir, deterministic=True, startup=0.6).start()
+    slow = FakeSGLang(model_dir, deterministic=True, startup=60).start()
+    try:
+        assert len(trio.run(client(starting.url).generate, requests(1))) == 1
+        with pytest.raises(PolicyError) as e:
+            trio.run(client(slow.url, wait=0.5).generate, requests(1))
+        assert str(e.value).startswith(
+            f"SGLang server {slow.url} was not ready after 0.5s (last: HTTP 503, still starting)"
+        )
+        assert slow.posts("/generate") == []
+    finally:
+        starting.stop()
+        slow.stop()
+
+
+def test_older_servers_are_read_through_the_names_they_had(model_dir, weights):
+    legacy = FakeSGLang(model_dir, deterministic=True, legacy=True).start()
+    try:
+        assert httpx.get(legacy.url + "/model_info").status_code == 404
+        policy = client(legacy.url)  # no tokenizer given: read from /get_model_info
+        assert len(trio.run(policy.generate, requests(2))) == 2
+        trio.run(policy.update_weights, weights, 2)  # checked through /get_model_info
+        assert legacy.weight_version == "2" and policy.version == 2
+    finally:
+        legacy.stop()
+
+
+def test_the_stand_in_refuses_what_sglang_refuses(model_dir):
+    """The stand-in's own strictness, which the tests above rely on (its docstring cites where
+    the real server does each of these)."""
+    fake = FakeSGLang(model_dir, deterministic=True, decode_delay=0.3).start()
+    regex = action_regex(SPACE)
+
+    def generate(params: dict) -> httpx.Response:
+        body = {"input_ids": [[5, 6]], "sampling_params": params, "return_logprob": True}
+        return httpx.post(fake.url + "/generate", json=body, timeout=10)
+
+    try:
+        r = generate({"regex": regex, "seed": 1})  # SGLang's key is sampling_seed
+        assert (r.status_code, r.text) == (500, "Internal Server Error")
+        r = generate({"regex": regex, "ebnf": 'root ::= "a"'})
+        assert r.status_code == 400 and "Only one of regex" in r.json()["error"]["message"]
+        assert generate({"regex": regex, "top_p": 0.0}).status_code == 400
+        fake.faults = ["refuse-first"]  # an abort with status 400 fails the whole request
+        assert generate({"regex": regex}).status_code == 400
+        bad_mode = httpx.post(fake.url + "/pause_generation", json={"mode": "sideways"})
+        assert bad_mode.status_code == 400 and not fake.paused
+        # A pause in abort mode aborts what is in flight; the item comes back in an HTTP 200.
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(generate, {"regex": regex, "sampling_seed": 3})
+            while not fake.posts("/generate")[4:]:
+                time.sleep(0.01)
+            assert httpx.post(fake.url + "/pause_generation", json={}).status_code == 200
+            answer = in_flight.result()
+        assert answer.status_code == 200
+        assert answer.json()[0]["meta_info"]["finish_reason"]["type"] == "abort"
+        httpx.post(fake.url + "/continue_generation", json={})
+        assert generate({"regex": regex, "sampling_seed": 3}).json()[0]["output_ids"]
+    finally:
+        fake.stop()
+
+
+# -- the fleet ----------------------------------------------------------------------------------
+
+
+def test_split_is_contiguous_near_equal_and_keeps_the_order():
+    assert split(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split([1, 2], 3) == [[1], [2], []]
+    for n in range(12):
+        for parts in range(1, 5):
+            shares = split(list(range(n)), parts)
+            assert [i for share in shares for i in share] == list(range(n))
+            assert max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+def test_a_batch_is_split_over_the_fleet_and_answers_as_one_server_would(fleet, fake):
+    reqs = requests(7)
+    alone = trio.run(client(fake.url).generate, reqs)
+    policy = client([s.url for s in fleet])
+    shared = trio.run(policy.generate, reqs)
+    assert tokens(shared) == tokens(alone)
+    assert [r.text for r in shared] == [r.text for r in alone]
+    tokenizer = make_tokenizer()
+    ids = [prompt_ids(tokenizer, r.prompt, r.space) for r in reqs]
+    assert [s.posts("/generate")[0]["input_ids"] for s in fleet] == [ids[:3], ids[3:5], ids[5:]]
+
+
+def test_the_shares_of_a_batch_are_sent_at_once(fleet):
+    """The second server holds its share (paused, as during someone else's weight update); the
+    third gets its share meanwhile, which a client sending shares one after another would not."""
+    _, held, third = fleet
+    held.post("/pause_generation", {"mode": "in_place"})
+    policy = client([s.url for s in fleet])
+    got = []
+
+    async def scenario() -> None:
+        async def batch() -> None:
+            got.extend(await policy.generate(requests(6)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batch)
+            with trio.fail_after(10):
+                while not (held.posts("/generate") and third.posts("/generate")):
+                    await trio.sleep(0.01)
+            assert not got  # the held share keeps the batch open
+            held.post("/continue_generation", {})
+
+    trio.run(scenario)
+    assert len(got) == 6
+
+
+def test_a_lost_server_has_its_requests_answered_by_the_others(fleet, fake):
+    reqs = requests(7)
+    alone = trio.run(client(fake.url).generate, reqs)
+    policy = client([s.url for s in fleet])
+    trio.run(policy.generate, requests(1))  # all three were ready
+    fleet[1].stop()  # gone: connections refused
+    with structlog.testing.capture_logs() as logs:
+        shared = trio.run(policy.generate, reqs)
+    assert tokens(shared) == tokens(alone)
+    assert policy.lost_servers == [fleet[1].url] and policy.requests_moved == 2
+    assert policy.live_servers == [fleet[0].url, fleet[2].url]
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert warning["server"] == fleet[1].url and warning["requests_moved"] == 2
+    assert "ConnectError" in warning["why"]
+    before = [len(s.posts("/generate")) for s in fleet]
+    trio.run(policy.generate, reqs)  # the lost one is not tried again
+    after = [len(s.posts("/generate")) for s in fleet]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 0, 1]
+    for s in (fleet[0], fleet[2]):
+        s.stop()
+    with pytest.raises(PolicyError, match=r"no server is left for 7 request\(s\).*ConnectError"):
+        trio.run(policy.generate, reqs)
+
+
+def test_the_loss_is_written_to_stderr_even_if_logging_was_set_up_on_another(fleet, capsys):
+    held, real = io.StringIO(), sys.stderr
+    sys.stderr = held  # as a test runner holds it while the command line sets up logging
+    logsetup.configure(0)
+    sys.stderr = real
+    held.close()
+    policy = client([s.url for s in fleet])
+    trio.run(policy.generate, requests(1))  # all three were ready
+    fleet[0].stop()
+    trio.run(policy.generate, requests(3))
+    err = capsys.readouterr().err
+    assert "SGLang server lost; its requests go to the others" in err
+    assert f"server={fleet[0].url}" in err and "requests_moved=1" in err
+
+
+def test_an_update_reaches_every_server_and_a_refusal_names_its_server(fleet, weights, tmp_path):
+    policy = client([s.url for s in fleet])
+    trio.run(policy.update_weights, weights, 1)
+    assert [s.weight_version for s in fleet] == ["1", "1", "1"]
+    assert all(not s.paused for s in fleet)
+    assert {r.version for r in trio.run(policy.generate, requests(6))} == {1}
+
+    # The third server cannot read the new directory: the others load it, so the fleet is mixed.
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "config.json").write_text("{}")
+    real_update = fleet[2].update_weights
+    fleet[2].update_weights = lambda body: real_update({**body, "model_path": "/nowhere"})
+    with pytest.raises(PolicyError) as e:
+        trio.run(policy.update_weights, v2, 2)
+    assert str(e.value).startswith(f"SGLang server {fleet[2].url} refused to load weights")
+    assert "\n" not in str(e.value)
+    assert all(not s.paused for s in fleet) and policy.version == 1
+    with pytest.raises(PolicyError, match="may hold different weights: nothing is generated"):
+        trio.run(policy.generate, requests(2))
+    fleet[2].update_weights = real_update
+    trio.run(policy.update_weights, v2, 2)  # an update that reaches every server mends it
+    assert {r.version for r in trio.run(policy.generate, requests(6))} == {2}
+
+
+def test_a_server_that_does_not_record_the_version_fails_the_check(fleet, weights):
+    fleet[0].records_version = False  # as a server that ignores weight_version
+    policy = client([s.url for s in fleet])
+    with pytest.raises(PolicyError, match=r"reports weight_version 'default' after loading"):
+        trio.run(policy.update_weights, weights, 1)
+    assert all(not s.paused for s in fleet)
+
+
+def test_servers_holding_different_weights_are_an_error(fleet):
+    fleet[2].weight_version = "other"
+    with pytest.raises(PolicyError, match="the servers hold different weights"):
+        trio.run(client([s.url for s in fleet]).generate, requests(6))
+
+
+def test_three_server_processes_split_update_and_survive_a_kill(model_dir, fake, weights):
+    """The fleet against three real processes: one batch split over them, an update on all, and
+    one killed while its share is being decoded: the others answer its requests, and every answer
+    is the one an unkilled server gives."""
+    flags = ["--enable-deterministic-inference"]
+    servers = []
+    try:
+        for delay in (0, 2, 0):
+            extra = ["--fake-decode-delay", str(delay)] if delay else []
+            servers.append(SGLangServer.launch(model_dir, args=flags + extra, command=FAKE))
+        victim = servers[1]
+        policy = client([s.url for s in servers], tokenizer=model_dir, servers=servers)
+        reqs = requests(9)
+        reference = trio.run(client(fake.url).generate, reqs)
+
+        trio.run(policy.update_weights, weights, 1)
+        versions = [httpx.get(s.url + "/model_info").json()["weight_version"] for s in servers]
+        assert versions == ["1", "1", "1"]
+
+        got = []
+
+        async def kill_mid_batch() -> None:
+            async def batch() -> None:
+                got.extend(await policy.generate(reqs))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(batch)
+                with trio.fail_after(20):
+                    while "generate 3 prompts" not in victim.log_tail():
+                        await trio.sleep(0.02)
+                os.killpg(victim.proc.pid, signal.SIGKILL)
+
+        trio.run(kill_mid_batch)
+        assert victim.proc.wait(5) == -signal.SIGKILL
+        assert tokens(got) == tokens(reference)
+        assert [r.logprobs for r in got] == [r.logprobs for r in reference]
+        assert {r.version for r in got} == {1}
+        assert policy.lost_servers == [victim.url] and policy.requests_moved == 3
+    finally:
+        for server in servers:
+            server.stop()
+
+
+# -- the spec, the command line, launching ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arg", "fields"),
+    [
+        ("http://a:1", {"urls": ("http://a:1",)}),
+        (
+            "http://a:1,https://b:2 seeds=off wait=30 api-key-env=KEY constraint=ebnf tokenizer=t",
+            {
+                "urls": ("http://a:1", "https://b:2"),
+                "seeds": False,
+                "wait": 30.0,
+                "api_key_env": "KEY",
+                "constraint": "ebnf",
+                "tokenizer": "t",
+            },
+        ),
+        (
+            "launch:'models/my model' dp=2 mem-fraction-static=0.8 -- --attention-backend triton",
+            {
+                "model": "models/my model",
+                "server_args": (
+                    "--dp-size",
+                    "2",
+                    "--mem-fraction-static",
+                    "0.8",
+                    "--attention-backend",
+                    "triton",
+                ),
+            },
+        ),
+    ],
+)
+def test_specs_parse(arg, fields):
+    spec = parse_spec(arg)
+    for key, value in fields.items():
+        assert getattr(spec, key) == value
+
+
+@pytest.mark.parametrize(
+    ("arg", "why"),
+    [
+        ("", "expected sglang:URL"),
+        ("somewhere", "'somewhere' is not an http:// or https:// URL"),
+        ("launch:", "needs a model directory"),
+        ("launch", "needs a model directory"),
+        ("http://a:1 dp=2", "unknown option(s) dp; a URL spec takes seeds"),
+        ("http://a:1 -- --dp-size 2", "arguments after -- are for a server this program launches"),
+        ("http://a:1,http://a:1", "a server URL is given twice"),
+        ("http://a:1 seeds=maybe", "seeds must be on or off"),
+        ("http://a:1 wait=soon", "wait must be a number of seconds, not 'soon'"),
+        ("http://a:1 wait=0", "wait must be a number of seconds > 0"),
+        ("http://a:1 api-key-env=my-key", "is not an environment variable name"),
+        ("launch:m --enable-torch-compile", "is not OPTION=VALUE"),
+        ("launch:m port=8", "--port is set by the launcher"),
+        ("launch:m -- --api-key k", "--api-key is set by the launcher"),
+        ("launch:m dp=1 dp=2", "option 'dp' is given twice"),
+        ("launch:m 'unclosed", "cannot split it into words"),
+    ],
+)
+def test_bad_specs_are_one_line_errors(arg, why):
+    with pytest.raises(ValueError) as e:
+        parse_spec(arg)
+    assert str(e.value).startswith(f"policy sglang:{arg}: ") and why in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_arguments_are_refused_early(tmp_path):
     with pytest.raises(ValueError, match="http://"):
         SGLangPolicy("127.0.0.1:30000")
     with pytest.raises(ValueError, match="'regex' or 'ebnf'"):
         SGLangPolicy("http://127.0.0.1:1", constraint="json")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="sglang:http://HOST:PORT or sglang:launch:MODEL"):
+    with pytest.raises(ValueError, match="is not an http:// or https:// URL"):
         make_policy("sglang:somewhere")
+    with pytest.raises(ValueError, match=r"model directory '.*nothing' does not exist"):
+        make_policy(f"sglang:launch:{tmp_path / 'nothing'}")
+    with pytest.raises(ValueError, match=r"tokenizer directory '.*nothing' does not exist"):
+        make_policy(f"sglang:http://127.0.0.1:1 tokenizer={tmp_path / 'nothing'}")
 
 
 def test_collective_run_with_sglang_gives_a_replayable_episode(fake, tmp_path, capsys):
@@ -303,11 +734,21 @@ def test_collective_run_with_sglang_gives_a_replayable_episode(fake, tmp_path, c
     assert verify(ep) is None  # replays event for event
 
 
-def test_launch_starts_waits_for_health_and_stops(model_dir):
-    server = SGLangServer.launch(model_dir, command=[sys.executable, str(FAKE_SCRIPT)], timeout=60)
+def test_a_bad_spec_on_the_command_line_is_exit_2(capsys):
+    code = cli_main(["run", "tally", "--policy", "sglang:http://a:1 dp=2"])
+    assert code == 2
+    assert "unknown option(s) dp" in capsys.readouterr().err
+
+
+def test_launch_passes_server_arguments_waits_for_health_and_stops(model_dir):
+    spec = f"launch:{model_dir} dp=2 mem-fraction-static=0.7 -- --fake-startup 1"
+    policy = policy_from_spec(spec, command=FAKE)
+    (server,) = policy.servers
     try:
         assert server.url.startswith("http://127.0.0.1:")
-        policy = SGLangPolicy(server.url, tokenizer=model_dir, server=server, backoff=0.01)
+        info = httpx.get(server.url + "/server_info").json()
+        assert (info["dp_size"], info["mem_fraction_static"]) == (2, 0.7)
+        assert info["enable_deterministic_inference"] is True  # seeds are on
         out = trio.run(policy.generate, requests(2))
         assert all(parse_action(r.text, SPACE) for r in out)
     finally:
@@ -316,22 +757,32 @@ def test_launch_starts_waits_for_health_and_stops(model_dir):
     assert not server.log.exists()
 
 
-def test_a_server_that_dies_at_start_is_reported_with_its_log(model_dir):
-    crash = [sys.executable, "-c", "import sys; print('no GPU found'); sys.exit(3)"]
-    with pytest.raises(PolicyError, match=r"exited with code 3(.|\n)*no GPU found") as e:
-        SGLangServer.launch(model_dir, command=crash, timeout=30)
+def test_a_server_that_refuses_an_argument_is_reported_with_its_log(model_dir):
+    with pytest.raises(PolicyError, match=r"exited with code 2(.|\n)*--no-such-flag") as e:
+        policy_from_spec(f"launch:{model_dir} -- --no-such-flag", command=FAKE)
     log = Path(str(e.value).split("its log (")[1].split(")")[0])
-    assert "no GPU found" in log.read_text()  # kept for whoever reads the error
+    assert "unrecognized arguments: --no-such-flag" in log.read_text()
     log.unlink()
 
 
-def test_a_server_that_never_gets_healthy_times_out_and_is_stopped(model_dir):
+def test_a_server_that_never_gets_healthy_times_out_and_is_stopped(model_dir, tmp_path):
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     t0 = time.monotonic()
-    with pytest.raises(PolicyError, match=r"not healthy after 1s") as e:
+    with pytest.raises(PolicyError, match=r"not healthy after 1s \(last: ConnectError\)") as e:
         SGLangServer.launch(model_dir, command=sleeper, timeout=1)
     Path(str(e.value).split("its log (")[1].split(")")[0]).unlink()
     assert time.monotonic() - t0 < 20
+    # A server that listens but keeps answering 503 (loading): the error says so.
+    starting = FakeSGLang(model_dir, startup=60).start()
+    proc = subprocess.Popen(sleeper, start_new_session=True)
+    server = SGLangServer(proc, starting.url, tmp_path / "log")
+    try:
+        with pytest.raises(PolicyError, match=r"after 0.5s \(last: HTTP 503, still starting\)"):
+            server.wait_healthy(0.5)
+    finally:
+        server.stop()
+        starting.stop()
+    assert proc.poll() is not None
 
 
 def test_launch_without_sglang_installed_says_so(model_dir):
@@ -373,7 +824,7 @@ def test_rlcr_on_the_hf_backend_sends_every_new_version_to_the_server(fake, tmp_
     assert all(
         Path(u["model_path"]).parent == tmp_path / "run" / "checkpoints" / "served" for u in updates
     )
-    calls = [path for path, _ in fake.log if path not in ("/generate", "/get_model_info")]
+    calls = [path for path, _ in fake.log if path != "/generate"]
     assert calls[:3] == ["/pause_generation", "/update_weights_from_disk", "/continue_generation"]
     versions = {
         t.version

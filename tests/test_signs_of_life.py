@@ -3,6 +3,10 @@
 four steps each instead of sixty). It checks that the pipeline produces every figure, the JSON
 and the README, with a verdict on every reference finding; whether a finding reproduces is the
 full run's business (``bench/results/signs_of_life/``), not this test's.
+
+The suite runs the main run alone (``--only workshop``, about half a minute: every figure and
+the verdicts that need only it); all five runs (two to three minutes on two cores) are marked
+slow, run with ``pytest -m slow tests/test_signs_of_life.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from collective.train import load_config, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,11 +25,11 @@ RUNS = ("workshop", "relay", "penalty", "no_pressure", "per_agent")
 FIGURES = ("useful_work.png", "communication_and_score.png", "latency.png", "ablations.png")
 
 
-def test_quick_experiment_writes_every_figure(tmp_path: Path) -> None:
+def _experiment(tmp_path: Path, *args: str) -> tuple[Path, dict]:
     out = tmp_path / "sol"
     cli = [sys.executable, "-m", "collective.cli"]
     done = subprocess.run(
-        [*cli, "experiment", "signs-of-life", "--quick", "--out", str(out)],
+        [*cli, "experiment", "signs-of-life", "--quick", *args, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=280,
@@ -35,9 +41,26 @@ def test_quick_experiment_writes_every_figure(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["quick"] is True
     assert sorted(summary["figures"]) == sorted(FIGURES)
+    assert all(v["reproduced"] in ("yes", "partly", "no") for v in summary["verdicts"])
+    readme = (out / "README.md").read_text()
+    assert "| reference finding |" in readme
+    assert all(v["finding"] in readme for v in summary["verdicts"])
+    return out, summary
+
+
+def test_quick_main_run_writes_every_figure(tmp_path: Path) -> None:
+    out, summary = _experiment(tmp_path, "--only", "workshop")
+    assert list(summary["metrics"]) == ["workshop"] and len(summary["metrics"]["workshop"]) == 4
+    assert load_config(out / "runs" / "workshop" / "config.toml").world == "workshop"
+    assert len(summary["verdicts"]) == 5, "the findings the main run alone can judge"
+    assert summary["latency"]["t_max"] > 0
+
+
+@pytest.mark.slow
+def test_quick_experiment_writes_every_figure(tmp_path: Path) -> None:
+    out, summary = _experiment(tmp_path)
     findings = [v["finding"] for v in summary["verdicts"]]
     assert len(findings) == 7, findings
-    assert all(v["reproduced"] in ("yes", "partly", "no") for v in summary["verdicts"])
     configs = {name: load_config(out / "runs" / name / "config.toml") for name in RUNS}
     for name, cfg in configs.items():  # each run's config as used, beside its metrics
         assert cfg.steps == len(read_metrics(out / "runs" / name)) == 4
@@ -47,5 +70,3 @@ def test_quick_experiment_writes_every_figure(tmp_path: Path) -> None:
     assert configs["per_agent"].advantage == "individual" != configs["workshop"].advantage
     latency = summary["latency"]
     assert latency["t_max"] > 0 and latency["collective_final_score"] >= 0
-    readme = (out / "README.md").read_text()
-    assert "| reference finding |" in readme and all(f in readme for f in findings)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,9 @@ from worlds.workshop import Workshop
 
 ROOT = Path(__file__).resolve().parent.parent
 GARDEN = f"{ROOT / 'examples' / 'garden.py'}:Garden"
+# These tests are about the repo world, not its sandbox (tests/test_sandbox.py): they run where
+# the machine has no user namespaces too, opted in, and use them where it has.
+REPO = {"allow_without_namespaces": True}
 # Every world with parameters that keep a random-policy episode short. The repo world runs real
 # test suites; its scale checks put many agents on copies of the package (team_size).
 WORLDS: dict[str, dict[str, Any]] = {
@@ -38,7 +40,7 @@ WORLDS: dict[str, dict[str, Any]] = {
     "workshop": {},
     "relay": {},
     "market": {},
-    "repo": {"wall_seconds": 5.0, "cpu_seconds": 2},
+    "repo": {"wall_seconds": 5.0, "cpu_seconds": 2, **REPO},
     GARDEN: {},
 }
 
@@ -170,7 +172,7 @@ BAD_ARGS: dict[str, tuple[dict[str, Any], list[str], list[tuple[str, str]]]] = {
         ],
     ),
     "repo": (
-        {"task": "roman"},
+        {"task": "roman", **REPO},
         ["cat nope.py", 'write tests/test_convert.py "x"', 'run "1/0"'],
         [
             ("reject", "cat: path must be one of ['roman/__init__.py', 'roman/convert.py',"),
@@ -387,7 +389,8 @@ def _solve(task: str) -> list[str]:
 
 @pytest.mark.parametrize("task", ["roman", "intervals", "textstats", "rpn"])
 def test_repo_a_scripted_solution_reaches_one(task: str) -> None:
-    ep = run(by_turn(*_solve(task)), world="repo", params={"task": task}, agents=1, clock="hybrid")
+    params = {"task": task, **REPO}
+    ep = run(by_turn(*_solve(task)), world="repo", params=params, agents=1, clock="hybrid")
     tests = [e for e in ep.events if isinstance(e, Committed) and e.tool == "test"]
     assert tests[0].ok and tests[0].result.startswith("0/")  # the stubs fail every test
     assert tests[-1].result.endswith("passed") and ep.score == 1.0 and ep.end == "done"
@@ -415,7 +418,7 @@ def test_repo_escape_attempts_are_stopped_and_reported(attempt: str, tmp_path: P
     code, report = ESCAPES[attempt]
     code = code.format(path=str(target))
     module = code + "def to_roman(n):\n    return 'I'\n"
-    params = {"task": "roman", "wall_seconds": 2.0, "cpu_seconds": 1}
+    params = {"task": "roman", "wall_seconds": 2.0, "cpu_seconds": 1, **REPO}
     actions = [f'write roman/convert.py "{escape(module)}"', "test", f'run "{escape(code)}"']
     ep = run(by_turn(*actions), world="repo", params=params, agents=1, time_limit=100)
     results = {e.tool: e for e in ep.events if isinstance(e, Committed)}
@@ -425,30 +428,10 @@ def test_repo_escape_attempts_are_stopped_and_reported(attempt: str, tmp_path: P
     assert ep.end in ("idle", "time_limit") and ep.score == 0.0  # the episode went on
 
 
-def test_repo_tools_never_follow_a_link_the_agents_code_planted(tmp_path: Path) -> None:
-    """The engine writes and reads the package outside the sandbox: a link planted by agent code
-    (allowed inside its directory) must not carry an engine-side write out of it."""
-    from worlds.repo import escape
-
-    target = tmp_path / "outside.py"
-    target.write_text("precious")
-    plant = (  # past the audit hook (Python-level, not a boundary): Landlock allows the link
-        "import os, sys\nsys.modules['__main__']._refuse = lambda *a: None\n"
-        f"os.remove('roman/convert.py')\nos.symlink({str(target)!r}, 'roman/convert.py')"
-    )
-    actions = [f'run "{escape(plant)}"', 'write roman/convert.py "x = 1"', "cat roman/convert.py"]
-    ep = run(by_turn(*actions), world="repo", params={"task": "roman"}, agents=1, time_limit=100)
-    results = {e.tool: e for e in ep.events if isinstance(e, Committed)}
-    assert results["run"].ok, results["run"].result
-    for tool in ("write", "cat"):
-        assert not results[tool].ok and "is a link; refused" in results[tool].result
-    assert target.read_text() == "precious"
-
-
 def test_repo_a_team_copy_cannot_fill_the_disk() -> None:
     import trio
 
-    w = Repo(seed=1, task="roman", disk_mb=1)
+    w = Repo(seed=1, task="roman", disk_mb=1, **REPO)
     code = (
         "import os\nos.makedirs('junk')\n"
         "for i in range(3):\n    open(f'junk/{i}', 'w').write('x' * 500_000)\n"
@@ -460,58 +443,52 @@ def test_repo_a_team_copy_cannot_fill_the_disk() -> None:
             trio.run(w.run, 0, code)
         d = w.dirs[0]
         assert not any((d / "junk").iterdir()), "what the task does not have is gone"
-        assert all((d / path).is_file() for path in w.readable), "the task's own files stay"
+        assert all((d / path).is_file() for path in w.editable), "the package's own files stay"
         assert w.metrics()["blocked"] == 1
         assert trio.run(w.run, 0, "print('still works')").strip() == "still works"
     finally:
         w.close()
 
 
-def test_repo_no_process_outlives_its_run() -> None:
-    """Even code that disables the audit hook and detaches a child into its own session ends
-    with its run, where the sandbox has its PID namespace."""
-    import subprocess
+def test_repo_forged_test_results_score_nothing() -> None:
+    """The finding: package code that reported passes from inside the test runner, then left,
+    scored 1.0. Verdicts are the engine's now (tests/test_sandbox.py tries many more forgeries)."""
+    from worlds.repo import escape
 
-    import trio
-
-    from worlds.sandbox import network_namespace
-
-    if not network_namespace():
-        pytest.skip("no unprivileged user namespaces here: no PID namespace to end them")
-    w = Repo(seed=1)
-    code = (
-        "import os, sys, time\n"
-        "sys.modules['__main__']._refuse = lambda *a: None\n"
-        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
-        "print('parent leaves')\n"
+    forged = (
+        "import __main__, os\n"
+        "for name in ('add_mul', 'order', 'numbers', 'errors', 'zero'):\n"
+        "    __main__.report('test', name='test_calc.test_' + name, ok=True, error='')\n"
+        "os._exit(0)\n"
     )
-    try:
-        print(trio.run(w.run, 0, code))
-        time.sleep(0.5)
-        left = subprocess.run(["pgrep", "-f", str(w.root)], capture_output=True, text=True)
-        assert left.stdout == "", f"still running: {left.stdout}"
-    finally:
-        subprocess.run(["pkill", "-9", "-f", str(w.root)], check=False)
-        w.close()
+    actions = [f'write rpn/calc.py "{escape(forged)}"', "test"]
+    ep = run(by_turn(*actions), world="repo", params={"task": "rpn", **REPO}, time_limit=100)
+    test = next(e for e in ep.events if isinstance(e, Committed) and e.tool == "test")
+    assert test.result.startswith("0/5 passed") and ep.score == 0.0
 
 
 def test_repo_editing_the_tests_changes_nothing() -> None:
-    cheat = "import os\nopen('tests/test_convert.py', 'w').write('def test_ok():\\n    pass\\n')"
+    cheat = (
+        "import os\nos.makedirs('tests', exist_ok=True)\n"
+        "open('tests/test_convert.py', 'w').write('def test_ok():\\n    pass\\n')"
+    )
     from worlds.repo import escape
 
-    ep = run(by_turn(f'run "{escape(cheat)}"', "test"), world="repo", params={"task": "roman"})
-    test = next(e for e in ep.events if isinstance(e, Committed) and e.tool == "test")
-    assert test.result.startswith("0/6 passed") and ep.score == 0.0
+    actions = [f'run "{escape(cheat)}"', "test", "cat tests/test_convert.py"]
+    ep = run(by_turn(*actions), world="repo", params={"task": "roman", **REPO})
+    results = {e.tool: e.result for e in ep.events if isinstance(e, Committed)}
+    assert results["test"].startswith("0/6 passed") and ep.score == 0.0
+    assert "def test_round_trip" in results["cat"]  # agents read the engine's own tests
 
 
 def test_repo_broken_code_is_the_agents_error_with_its_place() -> None:
     ep = run(
         by_turn('write roman/convert.py "def to_roman(:"', "test", 'run "print(1"'),
         world="repo",
-        params={"task": "roman"},
+        params={"task": "roman", **REPO},
     )
     results = {e.tool: e.result for e in ep.events if isinstance(e, Committed)}
-    assert "cannot import test_convert.py: roman/convert.py:1: SyntaxError" in results["test"]
+    assert "cannot import roman: roman/convert.py:1: SyntaxError" in results["test"]
     assert results["run"].endswith("snippet.py:1: SyntaxError: '(' was never closed")
     assert "_sandbox_child" not in str(results)  # the runner's own frames never leak
 
@@ -519,10 +496,10 @@ def test_repo_broken_code_is_the_agents_error_with_its_place() -> None:
 def test_repo_confinement_is_reported_and_close_removes_the_directory() -> None:
     import trio
 
-    w = Repo(seed=1)
+    w = Repo(seed=1, **REPO)
     assert w.root.is_dir() and Path(tempfile.gettempdir()) in w.root.parents
     trio.run(w.test, 0)
-    assert {"limits", "audit"} <= set(w.confinement)
+    assert {"limits", "landlock", "seccomp", "audit", "namespaces"} <= set(w.confinement)
     w.close()
     assert not w.root.exists()
     before = set(Path(tempfile.gettempdir()).glob("collective-repo-*"))
@@ -539,7 +516,7 @@ def test_the_guide_example_is_short_runs_and_replays(tmp_path: Path) -> None:
     assert len((ROOT / "examples" / "garden.py").read_text().splitlines()) < 60
     out = tmp_path / "garden.msgpack"
     assert main(["run", GARDEN, "--agents", "3", "--out", str(out)]) == 0
-    assert main(["replay", str(out)]) == 0
+    assert main(["replay", str(out), "--world", GARDEN]) == 0  # a file's world: named again
     guide = (ROOT / "docs" / "writing-a-world.md").read_text()
     assert "collective run examples/garden.py:Garden" in guide
     assert "collective train configs/quick.toml --set world=examples/garden.py:Garden" in guide

@@ -2,16 +2,24 @@
 
 The task is a small Python package with a real test suite (one of several, chosen by the seed
 or by ``task``), written to a temporary directory. Agents ``ls``, ``cat`` (read) and ``write`` its
-files, ``run`` a snippet, and ``test``: the suite really runs, in a subprocess confined by
-:mod:`worlds.sandbox` (no network, writes only in the package's directory, CPU, memory and
+files, ``run`` a snippet, and ``test``: the package's code really runs, in a subprocess confined
+by :mod:`worlds.sandbox` (its own namespaces, seccomp and Landlock: no network, no other
+process, reads of the package and Python only, writes only in the package; CPU, memory and
 wall-time limits). Escape attempts come back to the agent as errors, never crash the episode,
 and are counted in ``blocked``. In ``hybrid`` clock mode the engine charges and logs the real
 duration of ``test`` and ``run``.
 
+A ``test`` run is judged by the engine, never by the code under test: the sandbox only calls
+the package's functions with the tests' inputs and reports what came back, and the engine
+compares that with the reference solution's answers, which it alone holds
+(:mod:`worlds.repo_checks`). So no code an agent writes can report a pass it did not earn. The
+test files are not in the package's directory; agents read them with ``cat``.
+
 The score is the fraction of the suite that passed at the last ``test`` run, as in CI: code
-nobody has tested earns nothing yet. It is not monotone (a later run may pass less). The test
-files are restored before every run and only their tests count, so editing them changes
-nothing.
+nobody has tested earns nothing yet. It is not monotone (a later run may pass less).
+
+Where the machine has no unprivileged user namespaces the world refuses to start, naming the
+opt-in: ``allow_without_namespaces=true`` runs agent code with seccomp and Landlock alone.
 
 Scaling: with ``team_size = 0`` every agent works on one package; with ``team_size = k`` the
 repository holds one copy of the package per k agents, each agent works on its team's copy, and
@@ -23,22 +31,23 @@ newline, ``\\t`` a tab, ``\\q`` a double quote and ``\\\\`` a backslash.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
-import shutil
 import stat
-import tempfile
 import weakref
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 from collective.world import OneOf, Text, ToolError, World, tool
+from worlds.repo_checks import judge, suite
 from worlds.repo_tasks import TASKS, Task
-from worlds.sandbox import Limits, Outcome, run_sandboxed
+from worlds.sandbox import Limits, Outcome, isolation, run_calls, run_script
+from worlds.tempdirs import OwnedDir, sweep_once
 
 _ESCAPE = re.compile(r"\\([ntq\\])")
 _UNESCAPE = {"n": "\n", "t": "\t", "q": '"', "\\": "\\"}
-_TEST_DEF = re.compile(r"^def (test_\w+)\(", re.M)
 
 
 def unescape(text: str) -> str:
@@ -52,6 +61,7 @@ def escape(text: str) -> str:
 
 LS_FILES = 50  # files ls lists: agent code may have made thousands
 CAT_CHARS = 8000  # characters cat returns: a result lands in the record and the next prompt
+PREFIX = "collective-repo-"
 
 
 class Repo(World):
@@ -71,12 +81,14 @@ class Repo(World):
         cpu_seconds: int = 5,
         memory_mb: int = 512,
         disk_mb: int = 64,
+        allow_without_namespaces: bool = False,
     ) -> None:
         """``task`` names a variant (``roman``, ``intervals``, ``textstats``, ``rpn``; by default
         the seed picks one); ``team_size`` agents share one copy of it (0: everyone shares one);
         the ``*_seconds`` are simulated durations of the tools; ``wall_seconds``,
         ``cpu_seconds`` and ``memory_mb`` limit each real run, ``disk_mb`` what a team's copy
-        of the package may hold."""
+        of the package may hold; ``allow_without_namespaces`` runs agent code even where the
+        machine cannot give it namespaces of its own (a weaker sandbox)."""
         super().__init__(n_agents, seed)
         names = [t.name for t in TASKS]
         if task and task not in names:
@@ -88,7 +100,10 @@ class Repo(World):
         for name, value in knobs.items():
             if not value > 0:
                 raise ValueError(f"Repo: {name} must be > 0, got {value}")
+        self.namespaces = isolation(bool(allow_without_namespaces), "Repo")
+        sweep_once(PREFIX)  # what processes killed mid-run left
         self.task: Task = TASKS[names.index(task)] if task else TASKS[seed % len(TASKS)]
+        self.suite = suite(self.task.name)
         self.read_seconds, self.write_seconds = read_seconds, write_seconds
         self.test_seconds, self.run_seconds = test_seconds, run_seconds
         self.limits = Limits(
@@ -99,24 +114,20 @@ class Repo(World):
         copies = -(-n_agents // team_size) if team_size else 1
         self.editable = tuple(self.task.files)
         self.readable = (*self.editable, *self.task.tests)
-        self.test_names = [
-            f"{Path(path).stem}.{name}"
-            for path, text in self.task.tests.items()
-            for name in _TEST_DEF.findall(text)
-        ]
-        self.root = Path(tempfile.mkdtemp(prefix="collective-repo-"))
+        self.test_names = [check.name for check in self.suite.checks]
+        owned = OwnedDir(PREFIX)
+        self.root = owned.path
         # Removed by close(), or when the world is collected if an episode never got that far.
-        self._remove = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        self._remove = weakref.finalize(self, owned.remove)
         self.dirs = [self.root / f"team{c}" for c in range(copies)]
         for d in self.dirs:
-            for path, text in {**self.task.files, **self.task.tests}.items():
+            for path, text in self.task.files.items():
                 (d / path).parent.mkdir(parents=True, exist_ok=True)
                 (d / path).write_text(text)
-        (self.root / "snippets").mkdir()
         self.passed: list[int | None] = [None] * copies  # at the last run; None: never run
         self.changed = [False] * copies  # code written since the last run
         self.runs = 0
-        self.blocked = 0  # escape attempts the sandbox refused
+        self.blocked = 0  # escape attempts refused, forged answers included
         self.stopped = 0  # runs killed by a time or resource limit
         self.confinement: dict[str, str] = {}
 
@@ -137,23 +148,28 @@ class Repo(World):
     def ls(self, agent: int) -> str:
         """list the package's files"""
         d = self.dirs[self._copy(agent)]
-        files = sorted(
-            p.relative_to(d).as_posix()
-            for p in d.rglob("*")
-            if p.is_file()
-            and not p.is_symlink()
-            and not {".tmp", "__pycache__"} & set(p.relative_to(d).parts)
-        )
-        more = f", and {len(files) - LS_FILES} more" if len(files) > LS_FILES else ""
-        return ", ".join(f"{f} ({self._lines(d / f)} lines)" for f in files[:LS_FILES]) + more
+        found = []
+        for top, dirs, names in os.walk(d):  # links are not followed
+            dirs[:] = sorted(x for x in dirs if x not in (".tmp", "__pycache__"))
+            for name in names:
+                path = Path(top) / name
+                if stat.S_ISREG(path.lstat().st_mode):
+                    found.append((path.relative_to(d).as_posix(), _lines(path)))
+        found += [(path, text.count("\n")) for path, text in self.task.tests.items()]
+        found.sort()
+        more = f", and {len(found) - LS_FILES} more" if len(found) > LS_FILES else ""
+        return ", ".join(f"{f} ({n} lines)" for f, n in found[:LS_FILES]) + more
 
     @tool(duration="read_seconds")
     def cat(self, agent: int, path: Annotated[str, OneOf("readable")]) -> str:
         """read a file"""
-        try:
-            text = self._file(self._copy(agent), path).read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ToolError(f"cannot read {path}: {e}") from None
+        if path in self.task.tests:
+            text = self.task.tests[path]
+        else:
+            fd = self._open(self._copy(agent), path, os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(4 * CAT_CHARS)
+            text = data.decode("utf-8", errors="replace")
         if len(text) > CAT_CHARS:
             text = text[:CAT_CHARS] + f"\n... (cut at {CAT_CHARS} characters)"
         return text
@@ -168,14 +184,15 @@ class Repo(World):
         """replace a file's content (one line: \\n for newlines, \\q for double quotes)"""
         c = self._copy(agent)
         text = unescape(content)
-        target = self._file(c, path)
+        fd = self._open(c, path, os.O_WRONLY | os.O_CREAT)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-            with os.fdopen(os.open(target, flags, 0o644), "w", encoding="utf-8") as f:
+            os.ftruncate(fd, 0)
+            with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as f:
                 f.write(text)
         except OSError as e:
             raise ToolError(f"cannot write {path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
         self.changed[c] = True
         return f"wrote {path} ({text.count(chr(10)) + 1} lines)"
 
@@ -183,30 +200,19 @@ class Repo(World):
     async def test(self, agent: int) -> str:
         """run the test suite (really)"""
         c = self._copy(agent)
-        d = self.dirs[c]
-        tests_dir = d / "tests"
-        try:  # restore the suite exactly: no edits, no extra tests, whatever was left there
-            if tests_dir.is_symlink() or tests_dir.is_file():
-                tests_dir.unlink()
-            elif tests_dir.exists():
-                shutil.rmtree(tests_dir)
-            for path, text in self.task.tests.items():
-                (d / path).parent.mkdir(parents=True, exist_ok=True)
-                (d / path).write_text(text)
-        except OSError as e:
-            raise ToolError(f"cannot restore the test suite: {e.strerror}") from None
-        outcome = await run_sandboxed(d, "tests", "tests", self.limits)
+        outcome = await run_calls(self.dirs[c], self.suite.calls, self.limits, self.namespaces)
         self._keep_within_disk(c, outcome)
+        verdicts = judge(self.suite, outcome)
+        if outcome.tampered:
+            outcome.blocked = [*outcome.blocked, outcome.tampered]
         self._count(outcome)
-        ok = {t.name for t in outcome.tests if t.ok}
-        passed = sum(1 for name in self.test_names if name in ok)
+        passed = sum(v.ok for v in verdicts)
         self.passed[c], self.changed[c] = passed, False
         self.runs += 1
         lines = [f"{passed}/{len(self.test_names)} passed"]
-        failing = [t for t in outcome.tests if not t.ok and t.name in self.test_names]
-        if failing:
-            lines.append("first failure: " + f"{failing[0].name}: {failing[0].error}")
-        lines += [f"cannot import {m}" for m in outcome.module_errors[:1]]
+        failing = [v for v in verdicts if not v.ok]
+        if failing and not outcome.tampered:
+            lines.append(f"first failure: {failing[0].name}: {self._clean(c, failing[0].error)}")
         if outcome.status in ("timeout", "limit"):
             lines.append(outcome.detail)
         lines += [f"blocked: {b}" for b in outcome.blocked]
@@ -217,10 +223,8 @@ class Repo(World):
     @tool(duration="run_seconds")
     async def run(self, agent: int, code: Annotated[str, Text(2000)]) -> str:
         """run a Python snippet in the package directory and see its output"""
-        snippet = self.root / "snippets" / f"agent{agent}.py"
-        snippet.write_text(unescape(code))
         c = self._copy(agent)
-        outcome = await run_sandboxed(self.dirs[c], "script", str(snippet), self.limits)
+        outcome = await run_script(self.dirs[c], unescape(code), self.limits, self.namespaces)
         self._keep_within_disk(c, outcome)
         self._count(outcome)
         head = "" if outcome.status == "ok" else outcome.detail
@@ -242,16 +246,39 @@ class Repo(World):
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
-    def _file(self, c: int, path: str) -> Path:
-        """``path`` in team ``c``'s copy of the package. The engine reads and writes it outside
-        the sandbox, so a link that agent code planted on the way is refused, never followed."""
-        d = self.dirs[c]
-        at = d
-        for part in Path(path).parts:
-            at = at / part
-            if at.is_symlink():
-                raise ToolError(f"{path}: {at.relative_to(d).as_posix()} is a link; refused")
-        return d / path
+    def _open(self, c: int, path: str, flags: int) -> int:
+        """Open ``path`` in team ``c``'s copy of the package, for the engine, which works
+        outside the sandbox: one component at a time, never following a link, and only a
+        regular file with one name (a link or a hard link that agent code planted would carry
+        the engine's read or write outside the copy). Missing folders are made when writing."""
+        fd = os.open(self.dirs[c], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        parts = PurePosixPath(path).parts
+        try:
+            for i, part in enumerate(parts):
+                folder = i < len(parts) - 1
+                try:
+                    if folder and flags & os.O_CREAT:
+                        with contextlib.suppress(FileExistsError):
+                            os.mkdir(part, dir_fd=fd)
+                    mode = os.O_RDONLY | os.O_DIRECTORY if folder else flags | os.O_NONBLOCK
+                    nfd = os.open(part, mode | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+                except OSError as e:
+                    if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
+                        raise ToolError(f"cannot open {path}: {e.strerror}") from None
+                    at = "/".join(parts[: i + 1])
+                    why = "is a link or not a plain file; refused"
+                    raise ToolError(f"{path}: {at} {why}") from None
+                os.close(fd)
+                fd = nfd
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+                raise ToolError(f"{path}: not a plain file, or linked elsewhere; refused")
+            os.set_blocking(fd, True)
+            result, fd = fd, -1
+            return result
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def _keep_within_disk(self, c: int, outcome: Outcome) -> None:
         """Each file agent code writes is capped, their number is not: when team ``c``'s copy
@@ -263,7 +290,7 @@ class Repo(World):
         regular = [(p, st) for p, st in regular if stat.S_ISREG(st.st_mode)]
         if sum(st.st_size for _, st in regular) <= self.disk_mb * 2**20:
             return
-        own = {d / path for path in self.readable}
+        own = {d / path for path in self.editable}
         for p in files:
             if p not in own:
                 p.unlink(missing_ok=True)
@@ -273,6 +300,10 @@ class Repo(World):
             "the files the task does not have were removed",
         ]
 
+    def _clean(self, c: int, text: str) -> str:
+        d = str(self.dirs[c])
+        return text.replace(d + os.sep, "").replace(d, ".")
+
     def _copy(self, agent: int) -> int:
         return (agent // self.team_size) % len(self.dirs) if self.team_size else 0
 
@@ -281,9 +312,14 @@ class Repo(World):
         self.stopped += outcome.status in ("timeout", "limit")
         self.confinement = outcome.confinement or self.confinement
 
-    @staticmethod
-    def _lines(path: Path) -> int:
-        try:
-            return path.read_bytes().count(b"\n")
-        except OSError:
+
+def _lines(path: Path) -> int:
+    """Lines of a regular file (a link or a FIFO swapped in since counts none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return 0
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 16), b""))

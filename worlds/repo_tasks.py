@@ -1,9 +1,11 @@
 """The repo world's tasks: small Python packages with real test suites, and their solutions.
 
 Each task is a package whose functions are stubs (their docstrings are the specification), a
-test file of plain ``test_*`` functions with ``assert`` (run by the sandbox's own runner, no
-pytest needed), and a reference solution, which the test suite uses to check that the task is
-solvable and scored right. Tests use only the package's public functions.
+test file of plain ``test_*`` functions with ``assert`` that agents read, and a reference
+solution. The engine runs the tests once against the reference (:mod:`worlds.repo_checks`),
+recording each call and its answer; a test run then judges agent code on those calls, so tests
+may call only the package's public functions, with plain values, and assert on what they return
+or raise. The test suite checks that every task is solvable and scored right.
 """
 
 from __future__ import annotations

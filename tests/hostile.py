@@ -1,0 +1,94 @@
+"""Worlds, policies and forgeries that misbehave on purpose, for the bad-input and integrity
+tests.
+
+``MARKER``: importing this file creates the file named by the environment variable
+``COLLECTIVE_TEST_MARKER`` (if set), so a test can tell whether opening an episode imported it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+from collective import World
+from collective.records import FORMAT, MAGIC
+from collective.world import Range, tool
+from policy.base import PolicyRequest, PolicyResponse
+
+if os.environ.get("COLLECTIVE_TEST_MARKER"):
+    Path(os.environ["COLLECTIVE_TEST_MARKER"]).write_text("imported\n")
+
+
+class Scoreless(World):
+    """Forgot to define score()."""
+
+    @tool(duration=1.0)
+    def poke(self, agent: int) -> str:
+        return "poked"
+
+    def observe(self, agent: int) -> str:
+        return "nothing"
+
+
+class Exploding(World):
+    """Its constructor fails."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        raise RuntimeError("the constructor blew up")
+
+
+class Counter(World):
+    """A plain world; what matters is that it lives in a file, not in the package."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        super().__init__(n_agents, seed)
+        self.count = 0
+
+    @tool(duration=2.0)
+    def add(self, agent: int, n: Annotated[int, Range(1, 3)]) -> str:
+        self.count = min(20, self.count + n)
+        return f"count {self.count}"
+
+    def observe(self, agent: int) -> str:
+        return f"count {self.count}"
+
+    def score(self) -> float:
+        return self.count / 20
+
+
+class Flood:
+    """A policy whose every answer is ``chars`` characters in ``tokens`` tokens: a broken or
+    hostile server. The text starts with a valid action, so only the bound can refuse it."""
+
+    name = "flood"
+    version = 0
+
+    def __init__(self, chars: int, tokens: int) -> None:
+        self.chars, self.tokens = chars, tokens
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        text = ("add 1" + " " * self.chars)[: self.chars]
+        return [
+            PolicyResponse(
+                text=text,
+                token_ids=[32] * self.tokens,
+                logprobs=[-0.5] * self.tokens,
+                prompt_tokens=len(r.prompt),
+            )
+            for r in requests
+        ]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def seal(body: bytes) -> bytes:
+    """An episode file around ``body`` with a correct header, written from the layout documented
+    in ``collective.records`` (not with its writer): what someone who edits an episode and
+    digests it again produces."""
+    head = struct.pack(">8sHHQ", MAGIC, FORMAT, 0, len(body))
+    return head + hashlib.blake2b(head + body, digest_size=32).digest() + body

@@ -1,0 +1,408 @@
+"""Bad and hostile input to the command line, one row per case: what a careful user (or an
+adversary) types, the exit code it must get, and a fragment of the one-line message.
+
+Every row runs the real command in-process (``main([...])``, output captured), which is what
+the console script calls; the few behaviours that need a real process (Ctrl-C, a missing
+optional package) are tested in subprocesses below the table. For every error (exit 2) the
+table also checks: one line on stderr, no traceback, and, for ``train``, no run directory left
+behind. Placeholders in braces name files the ``env`` fixture makes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+from hostile import seal
+
+from collective import EpisodeConfig, run_episode, save_episode
+from collective.cli import main
+from collective.records import encode_episode, episode_file_bytes
+from collective.train import load_config, read_metrics, train
+from policy.tiny import TinyConfig, TinyModel
+from policy.tiny.checkpoint import save_checkpoint
+from policy.uniform import RandomPolicy
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+HOSTILE = HERE / "hostile.py"
+CLI = [sys.executable, "-m", "collective.cli"]
+
+SMALL_TOML = """
+world = "tally"
+params = {target = 12}
+team_sizes = [1, 3]
+steps = 2
+groups_per_step = 2
+group_size = 3
+time_limit_start = 60.0
+time_limit_end = 60.0
+concurrency = 6
+max_output_tokens = 12
+plots = false
+
+[model]
+d_model = 32
+n_layers = 1
+n_heads = 2
+d_ff = 64
+context = 96
+"""
+
+BIG = str(2**64)
+TRAIN = ["train", "{small}", "--out", "{newrun}", "--quiet"]
+
+# (id, argv, exit code, fragment of the message)
+CASES: list[tuple[str, list[str], int, str]] = [
+    # -- run: names ----------------------------------------------------------------------------
+    ("unknown world", ["run", "atlantis"], 2, "unknown world 'atlantis'"),
+    ("world file missing", ["run", "{tmp}/nowhere.py:W"], 2, "no file"),
+    ("no such class", ["run", f"{HOSTILE}:Nothing"], 2, "no World subclass named 'Nothing'"),
+    ("module missing", ["run", "no_such_module_xyz:W"], 2, "cannot import module"),
+    ("world without score()", ["run", f"{HOSTILE}:Scoreless"], 2, "score() failed"),
+    ("world constructor raises", ["run", f"{HOSTILE}:Exploding"], 2, "the constructor blew up"),
+    ("unknown parameter", ["run", "workshop", "--param", "nosuch=1"], 2, "rejected parameters"),
+    ("bad parameter value", ["run", "relay", "--param", "size=0"], 2, "size must be >= 1"),
+    ("unknown organisation", ["run", "tally", "--org", "nope"], 2, "unknown organisation"),
+    ("organisation option", ["run", "tally", "--org", "flat:3"], 2, "takes no option"),
+    ("unknown latency", ["run", "tally", "--latency", "nope"], 2, "unknown latency preset"),
+    ("unknown policy", ["run", "tally", "--policy", "nope"], 2, "unknown policy"),
+    ("checkpoint missing", ["run", "tally", "--policy", "tiny:{tmp}/x.pt"], 2, "no such check"),
+    ("checkpoint garbage", ["run", "tally", "--policy", "tiny:{garbage}"], 2, "not a readable"),
+    ("bad clock", ["run", "tally", "--clock", "sundial"], 2, "invalid choice"),
+    ("agents not a number", ["run", "tally", "--agents", "10**12"], 2, "invalid int value"),
+    # -- run: numbers --------------------------------------------------------------------------
+    ("seed over 2^64-1", ["run", "tally", "--seed", BIG], 2, "world_seed must be in 0..2**64-1"),
+    ("negative seed", ["run", "tally", "--seed", "-1"], 2, "world_seed must be in"),
+    ("sample seed over", ["run", "tally", "--sample-seed", BIG], 2, "sample_seed must be in"),
+    ("time limit inf", ["run", "tally", "--time-limit", "inf"], 2, "time_limit must be finite"),
+    ("time limit nan", ["run", "tally", "--time-limit", "nan"], 2, "time_limit must be finite"),
+    ("time limit 0", ["run", "tally", "--time-limit", "0"], 2, "time_limit must be > 0"),
+    ("no agents", ["run", "tally", "--agents", "0"], 2, "agents must be >= 1"),
+    ("negative budget", ["run", "tally", "--budget", "-1"], 2, "budget must be >= 0"),
+    ("max events 0", ["run", "tally", "--max-events", "0"], 2, "max_events must be >= 1"),
+    ("10^12 agents", ["run", "workshop", "--agents", "1000000000000"], 2, "agents need at least"),
+    ("10^9 modules", ["run", "workshop", "--param", "size=1000000000"], 2, "more memory than half"),
+    # -- run: outputs --------------------------------------------------------------------------
+    ("out is a device", ["run", "tally", "--out", "/dev/full"], 2, "is a device"),
+    ("out is /dev/null", ["run", "tally", "--out", "/dev/null"], 2, "is a device"),
+    ("out is a FIFO", ["run", "tally", "--out", "{fifo}"], 2, "is a FIFO"),
+    ("out is a directory", ["run", "tally", "--out", "{tmp}"], 2, "is a directory"),
+    ("out links to a dir", ["run", "tally", "--out", "{dirlink}"], 2, "a link to"),
+    ("out links nowhere", ["run", "tally", "--out", "{deadlink}"], 2, "a link to nothing"),
+    ("out under a file", ["run", "tally", "--out", "{file}/ep.msgpack"], 2, "not a folder"),
+    ("out in /proc", ["run", "tally", "--out", "/proc/ep.msgpack"], 2, "cannot write in /proc"),
+    ("out in /sys", ["run", "tally", "--out", "/sys/ep.msgpack"], 2, "cannot write in /sys"),
+    ("out names a folder", ["run", "tally", "--out", "{tmp}/.."], 2, "names a folder"),
+    # -- replay, show, diff: broken files ------------------------------------------------------
+    ("episode missing", ["replay", "{tmp}/none.msgpack"], 2, "cannot read episode file"),
+    ("episode empty", ["replay", "{empty}"], 2, "empty file"),
+    ("episode is text", ["replay", "{text}"], 2, "no episode header"),
+    ("episode truncated", ["replay", "{truncated}"], 2, "truncated"),
+    ("episode extended", ["replay", "{extended}"], 2, "bytes added"),
+    ("episode byte flipped", ["replay", "{flipped}"], 2, "does not match its digest"),
+    ("episode format 1", ["replay", "{format1}"], 2, "format 1"),
+    ("unknown field, sealed", ["replay", "{unknown}"], 2, "unknown field"),
+    ("show a broken file", ["show", "{flipped}"], 2, "does not match its digest"),
+    ("trace a broken file", ["trace", "{flipped}"], 2, "does not match its digest"),
+    ("trace out is a device", ["trace", "{episode}", "--out", "/dev/full"], 2, "is a device"),
+    ("show --png a device", ["show", "{episode}", "--png", "/dev/full"], 2, "is a device"),
+    ("diff a broken file", ["diff", "{episode}", "{flipped}"], 2, "does not match its digest"),
+    # -- replay: trust and options -------------------------------------------------------------
+    ("file world not named", ["replay", "{foreign}"], 2, "not built in"),
+    ("fork of file world", ["replay", "{foreign}", "--until", "5"], 2, "not built in"),
+    ("out without until", ["replay", "{episode}", "--out", "{tmp}/f.msgpack"], 2, "needs --until"),
+    ("fork before 0", ["replay", "{episode}", "--until", "-1"], 2, "outside the episode"),
+    ("fork after the end", ["replay", "{episode}", "--until", "1e9"], 2, "outside the episode"),
+    (
+        "fork out is a device",
+        ["replay", "{episode}", "--until", "5", "--out", "/dev/full"],
+        2,
+        "is a device",
+    ),
+    ("replay policy unknown", ["replay", "{episode}", "--policy", "nope"], 2, "unknown policy"),
+    # -- replay: consistent forgeries (a valid file that is not what ran) -> exit 1 ------------
+    ("forged result", ["replay", "{forged_result}"], 1, "result"),
+    ("forged token ids", ["replay", "{forged_ids}"], 1, "token ids spell"),
+    ("forged score", ["replay", "{forged_score}"], 1, "score"),
+    ("forged stats", ["replay", "{forged_stats}"], 1, "stats"),
+    ("forged curve", ["replay", "{forged_curve}"], 1, "curve"),
+    ("forged prompt", ["replay", "{forged_prompt}"], 1, "prompt"),
+    ("forged logprob > 0", ["replay", "{forged_logprob}"], 1, "must be finite and <= 0"),
+    ("forged logprobs", ["replay", "{forged_lp}", "--policy", "random"], 1, "logprobs"),
+    ("diff: config only", ["diff", "{episode}", "{other_config}"], 1, "config policy"),
+    # -- train: the config ---------------------------------------------------------------------
+    ("config missing", ["train", "{tmp}/none.toml", "--out", "{newrun}"], 2, "cannot read config"),
+    ("config not TOML", ["train", "{text}", "--out", "{newrun}"], 2, "not valid TOML"),
+    ("unknown field", [*TRAIN, "--set", "nosuch=1"], 2, "unknown field `nosuch`"),
+    ("--set into a number", [*TRAIN, "--set", "steps.x=1"], 2, "steps is not a table"),
+    ("--set without =", [*TRAIN, "--set", "steps"], 2, "expected KEY=VALUE"),
+    ("train: unknown world", [*TRAIN, "--set", "world=nope"], 2, "unknown world 'nope'"),
+    ("train: unknown latency", [*TRAIN, "--set", "latency=nope"], 2, "unknown latency"),
+    ("train: unknown org", [*TRAIN, "--set", "org=nope"], 2, "unknown organisation"),
+    (
+        "train: scoreless",
+        [*TRAIN, "--set", f"world={HOSTILE}:Scoreless", "--set", "params={{}}"],
+        2,
+        "score() failed",
+    ),
+    ("train: init garbage", [*TRAIN, "--set", "init={garbage}"], 2, "not a readable"),
+    ("train: init missing", [*TRAIN, "--set", "init={tmp}/none.pt"], 2, "no such checkpoint"),
+    (
+        "init vs [model]",
+        [*TRAIN, "--set", "init={ckpt}", "--set", "model.d_model=32"],
+        2,
+        "d_model = 64 (config says 32)",
+    ),
+    ("train: limit inf", [*TRAIN, "--set", "time_limit_start=inf"], 2, "finite and > 0"),
+    ("train: limit 0", [*TRAIN, "--set", "time_limit_end=0.0"], 2, "finite and > 0"),
+    ("train seed over", [*TRAIN, "--set", f"seed={BIG}"], 2, "seed must be in 0..2**64-1"),
+    ("group of one", [*TRAIN, "--set", "group_size=1"], 2, "group_size must be >= 2"),
+    ("no steps", [*TRAIN, "--set", "steps=0"], 2, "steps must be >= 1"),
+    ("team of 0", [*TRAIN, "--set", "team_sizes=[0]"], 2, "team_sizes must be >= 1"),
+    ("10^12 in flight", [*TRAIN, "--set", "concurrency=1000000000000"], 2, "agents need at least"),
+    ("model too big", [*TRAIN, "--set", "model.d_model=1000000"], 2, "needs more memory"),
+    ("bad model shape", [*TRAIN, "--set", "model.n_heads=3"], 2, "not divisible"),
+    ("hf without a model", [*TRAIN, "--set", 'backend="hf"'], 2, "needs hf_model"),
+    # -- train: the run directory --------------------------------------------------------------
+    ("train: no --out", ["train", "{small}"], 2, "--out RUN_DIR"),
+    ("run dir is a device", ["train", "{small}", "--out", "/dev/full"], 2, "a device, not a"),
+    ("run dir is a file", ["train", "{small}", "--out", "{file}"], 2, "a file, not a folder"),
+    ("run dir holds a run", ["train", "{small}", "--out", "{run}"], 2, "already holds a run"),
+    ("run dir in /proc", ["train", "{small}", "--out", "/proc/run"], 2, "cannot write in /proc"),
+    # -- train: resume -------------------------------------------------------------------------
+    ("resume nothing", ["train", "--resume", "{tmp}/none"], 2, "no run to resume"),
+    ("resume and --set", ["train", "--resume", "{run}", "--set", "steps=3"], 2, "takes no config"),
+    ("state garbage", ["train", "--resume", "{run_garbage}"], 2, "not a readable training state"),
+    ("state truncated", ["train", "--resume", "{run_trunc}"], 2, "not a readable training state"),
+    ("[model] edited", ["train", "--resume", "{run_width}"], 2, "size mismatch"),
+    # -- plot ----------------------------------------------------------------------------------
+    ("plot nothing", ["plot", "{tmp}/none"], 2, "no metrics.jsonl"),
+]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("bad")
+    p: dict[str, Path] = {"tmp": tmp}
+    os.mkfifo(tmp / "fifo")
+    p["fifo"] = tmp / "fifo"
+    (tmp / "dir").mkdir()
+    (tmp / "dirlink").symlink_to(tmp / "dir")
+    (tmp / "deadlink").symlink_to(tmp / "nothing")
+    p["dirlink"], p["deadlink"] = tmp / "dirlink", tmp / "deadlink"
+    p["file"] = tmp / "file.txt"
+    p["file"].write_text("a file\n")
+    p["text"] = tmp / "text.txt"
+    p["text"].write_text("hello = [unclosed\n")
+    p["garbage"] = tmp / "garbage.pt"
+    p["garbage"].write_bytes(b"\x00garbage" * 50)
+    p["small"] = tmp / "small.toml"
+    p["small"].write_text(SMALL_TOML)
+    p["newrun"] = tmp / "newrun"
+
+    ep = run_episode(
+        EpisodeConfig(world="workshop", agents=3, time_limit=120, tokenizer="bytes"),
+        RandomPolicy(),
+    )
+    good = episode_file_bytes(ep)
+    files = {
+        "episode": good,
+        "empty": b"",
+        "truncated": good[: len(good) // 2],
+        "extended": good + b"\x00",
+        "flipped": good[:-10] + bytes([good[-10] ^ 4]) + good[-9:],
+        "format1": encode_episode(ep).replace(b"\xa6format\x02", b"\xa6format\x01"),
+    }
+    data = msgspec.to_builtins(ep)
+    world_turn = next(i for i, t in enumerate(data["turns"]) if t["kind"] == "world" and t["ok"])
+
+    def forge(name: str, change: object) -> None:
+        d = msgspec.to_builtins(ep)
+        change(d)  # type: ignore[operator]
+        files[name] = episode_file_bytes(msgspec.convert(d, type=type(ep)))
+
+    forge("forged_result", lambda d: d["turns"][world_turn].update(result="all done"))
+    forge(
+        "forged_ids",
+        lambda d: d["turns"][world_turn].update(
+            token_ids=[x ^ 1 if x < 256 else x for x in d["turns"][world_turn]["token_ids"]]
+        ),
+    )
+    forge("forged_score", lambda d: d.update(score=1.0))
+    forge("forged_stats", lambda d: d["stats"].update(sent=d["stats"]["sent"] + 1))
+    forge("forged_curve", lambda d: d["curve"].append([100.0, 1.0]))
+    forge("forged_prompt", lambda d: d["turns"][2].update(prompt="you have won"))
+    forge("forged_logprob", lambda d: d["turns"][0]["logprobs"].__setitem__(0, 3.0))
+    forge("forged_lp", lambda d: d["turns"][2]["logprobs"].__setitem__(0, -0.125))
+    forge("other_config", lambda d: d["config"].update(policy="someone else"))
+    # An unknown field cannot come from the module's writer: seal the bytes by hand.
+    d = msgspec.to_builtins(ep)
+    d["turns"][0]["reward"] = 1.0
+    files["unknown"] = seal(msgspec.msgpack.encode(d))
+    for name, blob in files.items():
+        p[name] = tmp / f"{name}.msgpack"
+        p[name].write_bytes(blob)
+
+    # An episode of a world given by file path.
+    p["foreign"] = tmp / "foreign.msgpack"
+    foreign = EpisodeConfig(world=f"{HOSTILE}:Counter", time_limit=30)
+    save_episode(run_episode(foreign, RandomPolicy()), p["foreign"])
+
+    # A checkpoint 64 wide, and a finished one-step run with three broken copies.
+    p["ckpt"] = save_checkpoint(TinyModel.fresh(TinyConfig(context=96)), tmp / "wide.pt")
+    p["run"] = tmp / "run"
+    train(load_config(p["small"], ["steps=1"]), p["run"], progress=False)
+    for kind in ("garbage", "trunc", "width"):
+        copy = tmp / f"run_{kind}"
+        shutil.copytree(p["run"], copy)
+        state = copy / "checkpoints" / "train-state.pt"
+        if kind == "garbage":
+            state.write_bytes(b"junk\n")
+        elif kind == "trunc":
+            state.write_bytes(state.read_bytes()[:3000])
+        else:
+            cfg = copy / "config.toml"
+            cfg.write_text(cfg.read_text().replace("d_model = 32", "d_model = 48"))
+        p[f"run_{kind}"] = copy
+    return {k: str(v) for k, v in p.items()}
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "fragment"),
+    [pytest.param(argv, code, frag, id=name) for name, argv, code, frag in CASES],
+)
+def test_bad_input(
+    argv: list[str],
+    code: int,
+    fragment: str,
+    env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [a.format(**env) for a in argv]
+    newrun = Path(env["newrun"])
+    shutil.rmtree(newrun, ignore_errors=True)
+    try:
+        got = main(args)
+    except SystemExit as e:  # argparse's own refusals (a bad choice or number)
+        got = e.code
+    out, err = capsys.readouterr()
+    assert got == code, f"exit {got}, wanted {code}\nstdout: {out[-800:]}\nstderr: {err[-800:]}"
+    assert fragment in (err if code == 2 else out), (out, err)
+    assert "Traceback" not in out + err
+    if code == 2:
+        assert err.count("\n") == 1, f"not one line: {err!r}"
+        assert not newrun.exists(), "a failed start left a run directory behind"
+
+
+def test_every_case_is_its_own() -> None:
+    assert len({c[0] for c in CASES}) == len({tuple(c[1]) for c in CASES}) == len(CASES)
+
+
+def test_nothing_in_the_table_was_replaced_or_left_behind(env: dict[str, str]) -> None:
+    assert Path("/dev/full").is_char_device() and Path("/dev/null").is_char_device()
+    assert Path(env["fifo"]).is_fifo() and Path(env["dirlink"]).is_symlink()
+    assert Path(env["file"]).read_text() == "a file\n"
+    leftovers = [p for p in Path(env["tmp"]).rglob(".*")]
+    assert leftovers == [], leftovers
+
+
+# -- what needs a real process ----------------------------------------------------------------
+
+
+def test_ctrl_c_during_training_stops_cleanly_and_resumes_as_if_never_stopped(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL_TOML.replace("steps = 2", "steps = 8"))  # time to interrupt
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.Popen(
+        [*CLI, "train", str(config), "--out", str(run)],  # with its progress bar
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # As at a terminal: a suite started in the background inherits SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "rlcr: 100%" not in err, "the run ended before it could be interrupted"
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("collective train: interrupted at step ")
+    assert last.endswith(f"resume with `collective train --resume {run}`")
+    assert "rlcr:" not in last.split("\r")[-1], "the progress bar is cleared"
+    step = int(last.split("interrupted at step ")[1].split(";")[0])
+    assert 1 <= step < 8 and len(read_metrics(run)) == step
+    done = subprocess.run(
+        [*CLI, "train", "--resume", str(run), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    whole = tmp_path / "whole"
+    train(load_config(config), whole, progress=False)
+    timing = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
+
+    def comparable(path: Path) -> list[dict]:
+        return [
+            {k: v for k, v in msgspec.to_builtins(m).items() if k not in timing}
+            for m in read_metrics(path)
+        ]
+
+    assert comparable(run) == comparable(whole), "an interrupted run resumes as if never stopped"
+    names = sorted(p.name for p in (whole / "episodes").glob("*.msgpack"))
+    for name in names:
+        assert (run / "episodes" / name).read_bytes() == (whole / "episodes" / name).read_bytes()
+
+
+def test_training_without_matplotlib_skips_the_plots_with_a_note(tmp_path: Path) -> None:
+    """A base install (no plots extra): the run finishes; the plots are skipped, saying how."""
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no matplotlib in a base install')\n")
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL_TOML.replace("steps = 2", "steps = 1").replace("plots = false", ""))
+    env = {**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{ROOT}"}
+    done = subprocess.run(
+        [*CLI, "train", str(config), "--out", str(tmp_path / "run"), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"] == 1
+    assert done.stderr.count("\n") == 1 and "plots skipped" in done.stderr
+    assert "collective[plots]" in done.stderr
+    plot = subprocess.run(
+        [*CLI, "plot", str(tmp_path / "run")], capture_output=True, text=True, env=env
+    )
+    assert plot.returncode == 2 and "needs matplotlib" in plot.stderr
+
+
+def test_importing_the_package_configures_no_logging() -> None:
+    code = (
+        "import logging, structlog, collective, collective.train; "
+        "print(structlog.is_configured(), logging.getLogger().handlers)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False []", done.stdout + done.stderr
