@@ -394,7 +394,7 @@ def main() -> None:
                     dtype=dtype,
                     mode=mode,
                     lora=lora,
-                    logit_chunk=256,
+                    logit_chunk=1024 if cuda else 256,
                     **learner,
                 )
                 row = case_in_subprocess(case)

@@ -262,7 +262,7 @@ class HFModel:
                 r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear"
             )
             model = get_peft_model(model, lora)
-        model.train(gradient_checkpointing)  # eval mode otherwise: no dropout, ever
+        model.eval()  # always, but while the learner checkpoints (HFModel._score): no dropout
         version = 0
         if (Path(directory) / VERSION_FILE).is_file():
             version = int(json.loads((Path(directory) / VERSION_FILE).read_text())["version"])
@@ -372,7 +372,12 @@ class HFModel:
         return logprobs, entropies
 
     def _checkpointed(self) -> bool:
-        return any(getattr(m, "gradient_checkpointing", False) for m in self.causal.modules())
+        """Whether this forward pass checkpoints layers: gradient checkpointing is on and there
+        are gradients to compute. (transformers checkpoints only in train mode, so ``_score``
+        switches to it for the pass; the module rests in eval mode, where samplers find it.)"""
+        return torch.is_grad_enabled() and any(
+            getattr(m, "gradient_checkpointing", False) for m in self.causal.modules()
+        )
 
     def _score(
         self,
@@ -392,10 +397,11 @@ class HFModel:
             empty = torch.zeros(0, device=device)
             return [empty] * len(outputs), [empty] * len(outputs)
         body = self.causal.get_decoder()
+        checkpointed = self._checkpointed()
         # Every row keeps at least its last prompt token, whose hidden state predicts output 0.
         shared = min(common_prefix(prompts), min(len(p) for p in prompts) - 1)
         cache = None
-        if shared < MIN_SHARED or self._checkpointed():
+        if shared < MIN_SHARED or checkpointed:
             shared = 0
         else:
             cache = new_cache(self.causal.config)
@@ -425,12 +431,16 @@ class HFModel:
             # at position len(prompt) - 1 + k, which is column len(prompt) - 1 + k - shared.
             rows_at += [i] * n
             cols_at += range(len(p) - 1 - shared, len(p) - 1 - shared + n)
-        hidden = body(
-            input_ids=ids.to(device),
-            attention_mask=attention.to(device),
-            use_cache=cache is not None,
-            **({self.cache_arg: cache} if cache is not None else {}),
-        ).last_hidden_state
+        self.model.train(checkpointed)  # (no dropout: HFModel.load refuses a model with any)
+        try:
+            hidden = body(
+                input_ids=ids.to(device),
+                attention_mask=attention.to(device),
+                use_cache=cache is not None,
+                **({self.cache_arg: cache} if cache is not None else {}),
+            ).last_hidden_state
+        finally:
+            self.model.eval()
         picked = hidden[torch.tensor(rows_at, device=device), torch.tensor(cols_at, device=device)]
         del hidden, cache  # only the output positions' rows go on
         targets = torch.tensor([t for o in outputs for t in o], device=device)

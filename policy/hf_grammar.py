@@ -121,6 +121,6 @@ def masked_logits(logits: torch.Tensor, temperature: float, bitmask: torch.Tenso
     """The logits of the distribution sampled and scored: float32, over the temperature, with
     every token the grammar forbids at FORBIDDEN. ``bitmask`` is packed, one row per row of
     ``logits`` (moved to their device here)."""
-    allowed = unpack(bitmask.to(logits.device, non_blocking=True), logits.shape[-1])
+    allowed = unpack(bitmask.to(logits.device), logits.shape[-1])
     z = logits.float() / temperature  # a new tensor: the fill below may write into it
     return z.masked_fill_(~allowed, FORBIDDEN)

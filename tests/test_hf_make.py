@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -89,10 +87,8 @@ def test_same_seed_same_bytes_other_seed_other_weights(tiny_lm, tmp_path):  # no
 def test_the_command_line_builds_one_and_refuses_to_overwrite(tmp_path, capsys):
     from collective.cli import main
 
-    cli = [sys.executable, "-m", "collective.cli", "make-model", "tiny-lm"]
-    r = subprocess.run([*cli, str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    assert main(["make-model", "tiny-lm", str(tmp_path / "m")]) == 0
+    out = json.loads(capsys.readouterr().out)
     assert out["model"] == str(tmp_path / "m") and 1_000_000 < out["parameters"] < 10_000_000
     assert main(["make-model", "tiny-lm", str(tmp_path / "m")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
