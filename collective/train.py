@@ -46,6 +46,7 @@ from collective.records import (
     Spawned,
     load_episode,
     save_episode,
+    world_error,
 )
 from collective.seeding import derive
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
@@ -923,12 +924,28 @@ async def _train(
         # look finished ("idle") to the conductor: it must not be kept as if it had run.
         await trio.lowlevel.checkpoint_if_cancelled()
         g, i = source.issued.pop(ep.config.sample_seed)
+        if ep.end == "world_error":  # kept for the author, never learned from: the run stops
+            failed = run_dir / "failed" / episode_name(g, i)
+            failed.parent.mkdir(exist_ok=True)
+            save_episode(ep, failed)
+            raise ValueError(
+                f"{world_error(ep)}; the episode is kept in {failed}; once the world is fixed, "
+                f"`collective train --resume {run_dir}`"
+            )
         save_episode(ep, episodes_dir / episode_name(g, i))  # kept before anyone uses it
         await send.send((g, i, ep))
 
+    stopped: list[Exception] = []
+
     async def rollouts() -> None:
         async with send:
-            await conductor.play(source, concurrency=cfg.concurrency, emit=emit)
+            try:
+                await conductor.play(source, concurrency=cfg.concurrency, emit=emit)
+            except Exception as e:
+                # Cancel the learner's loop before the channel closes, so that the error is
+                # the run's only one (not grouped with the learner's EndOfChannel).
+                stopped.append(e)
+                nursery.cancel_scope.cancel()
 
     @trio.lowlevel.enable_ki_protection
     def commit(step: int, metrics: StepMetrics, ledger: Ledger, names: list[str]) -> None:
@@ -991,6 +1008,8 @@ async def _train(
             if stop_after is not None and len(done) >= stop_after:
                 break
         nursery.cancel_scope.cancel()
+    if stopped:
+        raise stopped[0]
     bar.close()
     if logger is not None:  # (TensorBoard was flushed at every step; W&B also finishes at exit)
         logger.close()
