@@ -1,7 +1,8 @@
 """Golden digests: proof that an optimisation of the engine changed no behaviour.
 
 Runs a fixed set of episodes (tally with 1, 4 and 30 agents, several seeds, with and without a
-hiring budget, small mailboxes under both overflow policies, and the bench's Crowd world), and
+hiring budget, small mailboxes under both overflow policies, the bench's Crowd world, scripted
+actions of every kind, a world with a bug, and wildfire's world events and posts), and
 digests the exact bytes of each episode file, of its replay and of a fork. ``--record`` writes
 the digests; ``--check`` (the default) recomputes them and names every config that differs.
 Record on the code before a change, check after: byte-identical files mean identical behaviour.
@@ -27,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -68,7 +71,8 @@ def scripted(req: PolicyRequest) -> str:
 
 
 class Brittle(Tally):
-    """Tally with a tool that fails the way a buggy world does (not a ToolError)."""
+    """Tally with a tool that fails the way a buggy world does (not a ToolError): the episode
+    ends ``world_error`` at the first crash."""
 
     @tool(duration=1.0)
     def crash(self, agent: int, n: Annotated[int, Range(1, 2)]) -> str:
@@ -120,6 +124,14 @@ def cases() -> list[tuple[str, EpisodeConfig, Policy]]:
             world="bench.golden:Brittle", agents=6, budget=budget, mailbox=2, time_limit=80.0
         )
         out.append((f"scripted-brittle-b{budget}", cfg, ScriptedPolicy(scripted)))
+        # The same script where "crash" is an unknown tool: every other action, to the end.
+        cfg = msgspec.structs.replace(cfg, world="tally")
+        out.append((f"scripted-tally-b{budget}", cfg, ScriptedPolicy(scripted)))
+    for agents, org in ((1, "flat"), (5, "flat"), (6, "islands:2")):
+        cfg = EpisodeConfig(
+            world="wildfire", agents=agents, org=org, world_seed=agents, time_limit=300.0
+        )
+        out.append((f"wildfire-a{agents}-{org}", cfg, RandomPolicy()))
     return out
 
 
