@@ -6,16 +6,20 @@ Two backends, one contract (what ``collective.train`` calls):
   by frozen copies of its weights, one per live policy version, so the learner never changes
   weights a batch is sampling from, and an episode pinned to version v is sampled by exactly the
   weights of version v (``pinned = True``: runs are reproducible).
-- ``HFBackend`` (GPU): the learner trains a Hugging Face causal LM (``policy.hf.HFModel``); an
-  SGLang server samples. After each step the weights are written in the layout SGLang's
+- ``HFBackend``: the learner trains a Hugging Face causal LM (``policy.hf.HFModel``) on the
+  configured device and dtype. Rollouts are sampled either in this process by frozen copies, one
+  per live version, like the tiny backend (``hf_server = ""``, ``pinned = True``), or by an
+  SGLang server: after each step the weights are written in the layout SGLang's
   ``/update_weights_from_disk`` reads and the server is told to load them, generation paused
-  around the load. A server holds one version at a time, so episodes are not pinned
+  around the load. A server holds one version at a time, so its episodes are not pinned
   (``pinned = False``): each token carries the version that sampled it, and the staleness bound
-  and the clipped importance ratio take care of the rest.
+  and the clipped importance ratio (exact: the learner recomputes the server's masked
+  distribution) take care of the rest.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,55 +110,116 @@ class TinyBackend:
 
 
 class HFBackend:
-    pinned = False
+    """A Hugging Face causal LM (``policy.hf.HFModel``), sampled in this process or by SGLang.
+
+    ``hf_server = ""``: rollouts are sampled in-process (``policy.hf_policy.HFPolicy``, the
+    ``hf:DIR`` policy) from frozen copies of the weights, one per live version, exactly as the
+    tiny backend does (``pinned = True``: a run is reproducible from its config).
+    ``hf_server = "sglang:..."``: an SGLang server samples and holds one version at a time
+    (``pinned = False``); after each step the weights go to disk and the server loads them.
+
+    Everything a run could trip over is checked here, before any rollout or training step: the
+    config's learner fields, the device and dtype, the model directory (``fresh``).
+    """
 
     def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
-        if not cfg.hf_model or not cfg.hf_server:
-            raise ValueError(
-                "train config: backend = 'hf' needs hf_model (a local model "
-                "directory) and hf_server ('sglang:URL' or 'sglang:launch')"
-            )
+        from policy.hf import placement
+
+        checks = [
+            (bool(cfg.hf_model), "backend = 'hf' needs hf_model (a local model directory)"),
+            (
+                not cfg.hf_server or cfg.hf_server.startswith("sglang:"),
+                f"hf_server must be '' (in-process) or 'sglang:...', got {cfg.hf_server!r}",
+            ),
+            (cfg.lora_rank >= 0 and cfg.lora_alpha > 0, "lora_rank >= 0, lora_alpha > 0"),
+            (cfg.logit_chunk >= 1 and cfg.hf_batch >= 1, "logit_chunk and hf_batch >= 1"),
+            (cfg.weight_decay >= 0, "weight_decay must be >= 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"train config: {msg}")
+        try:
+            self.device, _ = placement(cfg.device, cfg.dtype)
+        except ValueError as e:
+            raise ValueError(f"train config: {e}") from None
         self.cfg = cfg
+        self.pinned = not cfg.hf_server
         self.weights_dir = run_dir / "checkpoints" / "served"
         self.serving: Any = None
 
-    def fresh(self) -> TrainableModel:
+    def _load(self, path: str | Path) -> Any:
         from policy.hf import HFModel
 
-        return HFModel.load(self.cfg.hf_model)
-
-    def load(self, path: str | Path) -> TrainableModel:
-        from policy.hf import HFModel
-
-        return HFModel.load(path)
-
-    def weights(self, model: Any) -> Weights:
-        return {k: v.detach().clone() for k, v in model.model.state_dict().items()}
-
-    def load_weights(self, model: Any, weights: Weights) -> None:
-        model.model.load_state_dict(weights)
-
-    def logprob_kwargs(self) -> dict[str, Any]:
-        return {}
-
-    def frozen(self, model: Any) -> Policy:
-        raise ValueError(
-            "train config: the orchestrator organisation needs a frozen policy beside the trained "
-            "one, and backend = 'hf' serves one model from one SGLang server; use backend = 'tiny'"
+        cfg = self.cfg
+        return HFModel.load(
+            path,
+            device=self.device.type,
+            dtype=cfg.dtype,
+            lora_rank=cfg.lora_rank,
+            lora_alpha=cfg.lora_alpha,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            batch_size=cfg.hf_batch,
+            logit_chunk=cfg.logit_chunk,
         )
 
+    def fresh(self) -> TrainableModel:
+        """The model of ``hf_model``; built first (``collective make-model``, seed 0) when
+        ``hf_build`` names a recipe and the directory is absent."""
+        path = Path(self.cfg.hf_model)
+        if self.cfg.hf_build and not path.exists():
+            build_model(self.cfg.hf_build, path)
+        return self._load(path)
+
+    def load(self, path: str | Path) -> TrainableModel:
+        return self._load(path)
+
+    def weights(self, model: Any) -> Weights:
+        return model.trainable_state()
+
+    def load_weights(self, model: Any, weights: Weights) -> None:
+        model.load_trainable_state(weights)
+
+    def logprob_kwargs(self) -> dict[str, Any]:
+        return {"entropy_grad": self.cfg.entropy_coef > 0}
+
+    def _policy(self, model: Any, weights: Weights, version: int) -> Policy:
+        from policy.hf_policy import HFPolicy
+
+        return HFPolicy(model.copy(weights, version), name=f"hf (training, v{version})")
+
+    def frozen(self, model: Any) -> Policy:
+        if self.cfg.hf_server:
+            raise ValueError(
+                "train config: the orchestrator organisation needs a frozen policy beside the "
+                "trained one, and an SGLang server serves one model; use hf_server = '' (the "
+                "in-process hf policy) or backend = 'tiny'"
+            )
+        from policy.hf_policy import HFPolicy
+
+        return HFPolicy(model.copy(), name="hf (frozen initial weights)")
+
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
+        if not self.cfg.hf_server:  # in-process: one frozen copy per version still in use
+            from collective.train import VersionedPolicy
+
+            self.serving = VersionedPolicy("hf (training)")
+            for v, weights in sorted(kept.items()):
+                self.serving.publish(v, self._policy(model, weights, v), keep=self.cfg.lag)
+            return self.serving
         from policy.factory import make_policy
 
         spec = self.cfg.hf_server
-        if spec == "sglang:launch":
-            spec = f"sglang:launch:{self.cfg.hf_model}"
+        if spec == "sglang:launch" or spec.startswith("sglang:launch "):  # serve hf_model
+            spec = f"sglang:launch:{self.cfg.hf_model}{spec.removeprefix('sglang:launch')}"
         self.serving = make_policy(spec, seed=self.cfg.seed)
         if model.version > 0:  # a resumed run: the server must serve what the learner has
             await self.publish(model, model.version, {})
         return self.serving
 
     async def publish(self, model: Any, version: int, weights: Weights) -> None:
+        if not self.cfg.hf_server:
+            self.serving.publish(version, self._policy(model, weights, version), keep=self.cfg.lag)
+            return
         target = self.weights_dir / f"v{version:06d}"
         model.save(target)
         await self.serving.update_weights(target, version)
@@ -163,6 +228,8 @@ class HFBackend:
                 shutil.rmtree(old, ignore_errors=True)
 
     def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
+        """``latest/`` (a model directory: ``--policy hf:DIR`` and SGLang load it) and, when
+        asked, a snapshot beside it."""
         path = directory / "latest"
         model.save(path)
         if snapshot:
@@ -172,3 +239,18 @@ class HFBackend:
     async def aclose(self) -> None:
         if self.serving is not None:
             await self.serving.aclose()
+
+
+def build_model(kind: str, path: Path) -> Path:
+    """Build a model directory with ``collective make-model KIND`` (seed 0) where none is, safely
+    beside other runs doing the same: built aside, then renamed into place."""
+    from policy.hf_make import MAKERS
+
+    aside = path.with_name(f".{path.name}.building-{os.getpid()}")
+    shutil.rmtree(aside, ignore_errors=True)
+    MAKERS[kind](aside, seed=0)
+    try:
+        aside.rename(path)
+    except OSError:  # another run built it meanwhile: theirs is the same bytes
+        shutil.rmtree(aside, ignore_errors=True)
+    return path

@@ -45,7 +45,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
 def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
+    COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = fn
     return fn
 
 
@@ -485,6 +485,26 @@ def cmd_plot(a: argparse.Namespace) -> int:
     return 0
 
 
+# -- models -----------------------------------------------------------------------------------
+
+
+@command
+def cmd_make_model(a: argparse.Namespace) -> int:
+    import math
+
+    from safetensors import safe_open
+
+    from policy.hf_make import MAKERS
+
+    t0 = time.perf_counter()
+    path = MAKERS[a.kind](a.dir, seed=a.seed)
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
+    summary = {"model": str(path), "kind": a.kind, "seed": a.seed, "parameters": params}
+    print(json.dumps({**summary, "wall_time": round(time.perf_counter() - t0, 1)}))
+    return 0
+
+
 # -- studies and experiments ------------------------------------------------------------------
 
 
@@ -687,6 +707,11 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE")
     st.add_argument("--out", default="bench/results/city/study")
     st.add_argument("--quiet", action="store_true")
+
+    mm = sub.add_parser("make-model", help="build a Hugging Face model directory, offline")
+    mm.add_argument("kind", choices=["tiny-lm"], help="tiny-lm: a ~2M-parameter Qwen2 LM")
+    mm.add_argument("dir", type=Path, help="the directory to write (must not exist or be empty)")
+    mm.add_argument("--seed", type=int, default=0, help="weights seed (same seed, same bytes)")
 
     ex = sub.add_parser("experiment", help="run a packaged experiment")
     ex.add_argument("name", choices=["signs-of-life"])

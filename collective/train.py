@@ -93,9 +93,19 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     concurrency: int = 32  # episodes in flight at once
     channel_capacity: int = 64  # finished episodes buffered on their way to the learner
     # -- the policy -------------------------------------------------------------------------
-    backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face model served by SGLang (GPU)
+    backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face causal LM (policy/hf.py)
     hf_model: str = ""  # backend = "hf": a local model directory to start from
-    hf_server: str = ""  # backend = "hf": "sglang:URL" or "sglang:launch" (serves hf_model)
+    hf_build: Literal["", "tiny-lm"] = ""  # build hf_model thus (make-model) if it is absent
+    hf_server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."
+    # -- the hf learner ---------------------------------------------------------------------
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when torch sees a GPU
+    dtype: Literal["float32", "bfloat16"] = "float32"  # exact ratios are claimed in float32
+    lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft), not every weight
+    lora_alpha: float = 16.0
+    gradient_checkpointing: bool = False  # recompute layer activations in backward
+    logit_chunk: int = 256  # output positions whose [chunk, vocab] logits exist at once
+    hf_batch: int = 8  # sequences per learner forward pass
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
     model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(context=128))
     init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
     temperature: float = 1.0
@@ -310,11 +320,16 @@ class Learner:
         self.model = model
         self.cfg = cfg
         self.logprob_kwargs = logprob_kwargs or {}
-        self.optimiser = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-        self.reference: Any = None  # the initial weights, for the KL term
+        # AdamW (with weight_decay 0, Adam's update exactly); gradients clipped in `step`.
+        self.optimiser = torch.optim.AdamW(
+            list(model.parameters()), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        )
+        self.reference: Any = None  # the initial policy, for the KL term
         if cfg.kl_coef > 0:
-            frozen = getattr(model, "frozen", None)  # a TinyModel holds a lock: no deepcopy
-            self.reference = frozen() if frozen is not None else copy.deepcopy(model)
+            # hf: the base model with LoRA adapters off, or a frozen copy; tiny: a snapshot
+            # (a TinyModel holds a lock: no deepcopy)
+            make = getattr(model, "reference", None) or getattr(model, "frozen", None)
+            self.reference = make() if make is not None else copy.deepcopy(model)
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         cfg = self.cfg
@@ -334,12 +349,14 @@ class Learner:
             )
             new_logp = torch.cat(new)
             ent = torch.cat(entropy)
-            old = torch.tensor([x for s in chunk for x in s.logprobs], dtype=new_logp.dtype)
-            if not self.model.exact_logprobs:  # see policy.hf: a ratio against own logprobs
-                old = new_logp.detach()
-            adv = torch.tensor([s.advantage for s in chunk for _ in s.tokens], dtype=new_logp.dtype)
-            w = torch.tensor([s.weight for s in chunk for _ in s.tokens], dtype=new_logp.dtype)
-            seq = torch.tensor([i for i, s in enumerate(chunk) for _ in s.tokens])
+            # Every tensor of the loss where the model's logprobs are (a GPU, for an LLM).
+            on = dict(dtype=new_logp.dtype, device=new_logp.device)
+            old = torch.tensor([x for s in chunk for x in s.logprobs], **on)
+            adv = torch.tensor([s.advantage for s in chunk for _ in s.tokens], **on)
+            w = torch.tensor([s.weight for s in chunk for _ in s.tokens], **on)
+            seq = torch.tensor(
+                [i for i, s in enumerate(chunk) for _ in s.tokens], device=new_logp.device
+            )
             loss, was_clipped = clipped_pg_loss(
                 new_logp,
                 old,
@@ -418,7 +435,7 @@ def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> Epis
         latency=latency_preset(cfg.latency),
         max_output_tokens=cfg.max_output_tokens,
         temperature=cfg.temperature,
-        policy="tiny (training)",
+        policy=f"{cfg.backend} (training)",
         policy_version=version,
         tokenizer="bytes" if cfg.backend == "tiny" else "",
     )
@@ -487,9 +504,9 @@ class VersionedPolicy:
     """Serves several policy versions at once: each request goes to the version its episode is
     pinned to. One quiescence batch becomes one sub-batch per live version (at most lag + 1)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "tiny (training)") -> None:
         self.policies: dict[int, Policy] = {}
-        self.name = "tiny (training)"
+        self.name = name
         self.version = -1
 
     def publish(self, version: int, policy: Policy, keep: int) -> None:

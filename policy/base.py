@@ -64,14 +64,12 @@ class PolicyError(RuntimeError):
 @runtime_checkable
 class TrainableModel(Protocol):
     """What the learner needs from a model it trains (the tiny torch model, or a Hugging Face
-    causal LM served by SGLang): recompute the log-probabilities of recorded outputs, with
-    gradients, under the same constraint they were sampled with, and save new weights where the
-    serving backend can load them."""
+    causal LM): recompute the log-probabilities of recorded outputs, with gradients, under
+    exactly the distribution they were sampled from (the same constraint mask, the same
+    temperature), so the learner's importance ratio against the behaviour logprobs is exact,
+    and save new weights where the serving backend can load them."""
 
     version: int
-    # Whether token_logprobs reproduces the sampler's distribution exactly (its mask included).
-    # Where it cannot, the learner takes the importance ratio against its own logprobs.
-    exact_logprobs: bool
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 

@@ -1,6 +1,7 @@
 """Policies by name, as the command line and configs give them.
 
 ``random``; ``tiny`` (fresh weights from the given seed) or ``tiny:PATH`` (a checkpoint);
+``hf:DIR`` (a Hugging Face model directory, sampled in this process);
 ``sglang:URL[,URL...] [OPTION=VALUE ...]`` (a fleet of running servers) or
 ``sglang:launch:MODEL [OPTION=VALUE ...] [-- SGLANG_ARG ...]`` (the options and the spec's syntax
 are in :mod:`policy.sglang`).
@@ -19,10 +20,16 @@ def make_policy(spec: str, *, seed: int = 0) -> Policy:
         return RandomPolicy()
     if name == "tiny":
         return _tiny(arg, seed)
+    if name == "hf":
+        if not arg:
+            raise ValueError("hf:DIR needs a model directory")
+        from policy.hf_policy import load_hf_policy
+
+        return load_hf_policy(arg)
     if name == "sglang":
         return _sglang(arg)
     raise ValueError(
-        f"unknown policy {spec!r}; policies are: random, tiny, tiny:PATH, sglang:URL, "
+        f"unknown policy {spec!r}; policies are: random, tiny, tiny:PATH, hf:DIR, sglang:URL, "
         "sglang:launch:MODEL"
     )
 

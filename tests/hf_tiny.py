@@ -1,15 +1,19 @@
-"""A tiny Hugging Face tokenizer and causal LM built here, from nothing: no downloads.
+"""Hugging Face models built here, from nothing: no downloads.
 
-The tokenizer is a byte-level BPE trained in a fraction of a second on action-like text, so it
-encodes any string and decodes it back exactly; the model is a two-layer Llama with tiny
-dimensions and random weights. Tests of the SGLang client and of the HF learner path use them in
-place of a real model, which this machine cannot download.
+- :func:`make_tokenizer` / :func:`make_model`: a byte-level BPE trained in a fraction of a second
+  on action-like text (it encodes any string and decodes it back exactly), with a ChatML chat
+  template, and a two-layer Llama with tiny dimensions and random weights over it. Tests of the
+  SGLang client and of the HF learner's mechanics use them in place of a real model.
+- :func:`tiny_lm`: the real thing a user builds with ``collective make-model tiny-lm`` (built
+  once per test session and shared, read-only).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 CORPUS = [
     'add 1 add 2 add 3 mark red mark green mark blue note "add more" sleep 3 wait 30',
@@ -20,34 +24,39 @@ CORPUS = [
 
 
 def make_tokenizer(directory: Path | None = None) -> Any:
-    """A PreTrainedTokenizerFast with <pad> and <eos>, saved to ``directory`` when given."""
+    """A PreTrainedTokenizerFast with <pad>, <eos> and a chat template, saved to ``directory``
+    when given."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
+    from policy.hf_make import CHAT_TEMPLATE
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=512,
-        special_tokens=["<pad>", "<eos>"],
+        special_tokens=["<pad>", "<eos>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS * 20, trainer=trainer)
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+    hf.chat_template = CHAT_TEMPLATE
     if directory is not None:
         hf.save_pretrained(str(directory))
     return hf
 
 
-def make_model(tokenizer: Any, seed: int = 0) -> Any:
-    """A randomly initialised two-layer Llama over ``tokenizer``'s vocabulary."""
+def make_model(tokenizer: Any, seed: int = 0, vocab_size: int | None = None) -> Any:
+    """A randomly initialised two-layer Llama over ``tokenizer``'s vocabulary (or a padded one
+    of ``vocab_size`` rows, as Qwen pads its own)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
@@ -60,3 +69,11 @@ def make_model(tokenizer: Any, seed: int = 0) -> Any:
         tie_word_embeddings=False,
     )
     return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``collective make-model tiny-lm DIR`` (seed 0), once per session; do not write into it."""
+    from policy.hf_make import make_tiny_lm
+
+    return make_tiny_lm(tmp_path_factory.mktemp("models") / "tiny-lm", seed=0)
