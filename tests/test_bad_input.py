@@ -207,6 +207,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("model too big", [*TRAIN, "--set", "model.d_model=1000000"], 2, "needs more memory"),
     ("bad model shape", [*TRAIN, "--set", "model.n_heads=3"], 2, "not divisible"),
     ("hf without a model", [*TRAIN, "--set", 'backend="hf"'], 2, "needs hf_model"),
+    # -- train: fails once running, before it has kept anything: one line, nothing left ----
+    ("train: no room to act", [*TRAIN, "--set", "max_output_tokens=3"], 2, "cannot fit the"),
     # -- train: the run directory --------------------------------------------------------------
     ("train: no --out", ["train", "{small}"], 2, "--out RUN_DIR"),
     ("run dir is a device", ["train", "{small}", "--out", "/dev/full"], 2, "a device, not a"),

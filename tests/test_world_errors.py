@@ -17,7 +17,7 @@ from conftest import by_turn, run
 from collective import Actor, Conductor, EpisodeConfig
 from collective.records import Ended, Failed, encode_episode, world_error
 from collective.replay import verify
-from collective.train import load_config, read_metrics, train
+from collective.train import Learner, load_config, read_metrics, train
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 
@@ -181,3 +181,34 @@ def test_training_stops_at_the_first_world_error_keeps_it_and_resumes(tmp_path: 
     registry._loaded.clear()  # a new process would import the fixed file afresh
     train(load_config(run_dir / "config.toml"), run_dir, resume=True, progress=False)
     assert len(read_metrics(run_dir)) == 2
+
+
+def test_a_lone_error_inside_training_is_one_line_and_the_run_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The learner's first step fails (standing in for what no CPU run here can provoke: an
+    # xgrammar refusal in a GPU learner's replay). The error reaches the command line as itself,
+    # not inside trio's ExceptionGroup; the episodes already written are kept, and resume uses
+    # them. (A start that fails before keeping anything leaves nothing: test_bad_input.)
+    from collective import cli
+
+    def refuse(self: Learner, samples: object) -> dict[str, float]:
+        raise ValueError("the learner refused its first batch")
+
+    config = tmp_path / "small.toml"
+    config.write_text(
+        'world = "tally"\nteam_sizes = [1]\nsteps = 1\ngroups_per_step = 1\ngroup_size = 2\n'
+        "time_limit_start = 20.0\ntime_limit_end = 20.0\nmax_output_tokens = 12\nplots = false\n"
+        "[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\nd_ff = 64\ncontext = 96\n"
+    )
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(Learner, "step", refuse)
+        assert cli.main(["train", str(config), "--out", str(run_dir), "--quiet"]) == 2
+    assert (
+        capsys.readouterr().err == "collective train: error: the learner refused its first batch\n"
+    )
+    kept = sorted(p.name for p in (run_dir / "episodes").iterdir())
+    assert kept == ["g000000-r00.msgpack", "g000000-r01.msgpack"]
+    assert cli.main(["train", "--resume", str(run_dir), "--quiet"]) == 0
+    assert len(read_metrics(run_dir)) == 1
