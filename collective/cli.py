@@ -603,13 +603,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a world parameter (repeatable)",
+        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
+        "world constructor annotates (repeatable)",
     )
     r.add_argument(
         "--max-events",
         type=int,
         default=EpisodeConfig().max_events,
-        help="stop the episode after this many events (reported when reached)",
+        help="stop the episode after this many events (default %(default)s; reported when reached)",
     )
     r.add_argument("--out", help="write the episode here (msgpack)")
 
@@ -623,7 +624,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a world parameter (repeatable)",
+        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
+        "world constructor annotates (repeatable)",
     )
     c.add_argument("--agents", type=int, default=4, help="team size")
     c.add_argument("--seeds", type=int, default=3, help="world seeds (task instances)")
