@@ -23,6 +23,7 @@ import copy
 import json
 import math
 import re
+import shutil
 import sys
 import time
 import tomllib
@@ -36,7 +37,7 @@ import torch
 import trio
 
 from collective.actions import ActionSpace
-from collective.conductor import Conductor
+from collective.conductor import Conductor, lone_error
 from collective.loggers import RunLogger, check_logger, open_logger
 from collective.organisation import PRIMITIVES, make_organisation
 from collective.records import (
@@ -46,6 +47,7 @@ from collective.records import (
     Spawned,
     load_episode,
     save_episode,
+    world_error,
 )
 from collective.seeding import derive
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
@@ -816,6 +818,9 @@ def train(
 
     check_logger(cfg.logger)  # a missing extra fails here, before anything is written
     run_dir = Path(run_dir)
+    # The outermost folder this run makes: removed again if the run fails before it has kept
+    # anything (a failed start leaves nothing behind).
+    made = next((p for p in reversed((run_dir, *run_dir.parents)) if not p.exists()), None)
     if resume:
         _check_resumable(run_dir)
     else:
@@ -862,7 +867,12 @@ def train(
     if state.step >= cfg.steps:
         return []
     schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)]
-    logger = open_logger(cfg.logger, cfg, run_dir, state.step, schedule)
+    try:
+        logger = open_logger(cfg.logger, cfg, run_dir, state.step, schedule)
+    except BaseException:
+        if not resume:
+            _remove_unstarted(run_dir, made)
+        raise
     from tqdm import tqdm
 
     bar = tqdm(
@@ -890,13 +900,32 @@ def train(
         )
     except BaseException as e:
         bar.leave = False  # a run that stops early clears its bar rather than leave it half drawn
-        if not _is_interrupt(e):
-            raise
-        raise Interrupted(
-            f"interrupted at step {state.step}; resume with `collective train --resume {run_dir}`"
-        ) from None
+        if _is_interrupt(e):
+            raise Interrupted(
+                f"interrupted at step {state.step}; resume with `collective train --resume "
+                f"{run_dir}`"
+            ) from None
+        if not resume and state.step == 0:
+            _remove_unstarted(run_dir, made)
+        if isinstance(e, BaseExceptionGroup) and (lone := lone_error(e)) is not e:
+            raise lone from None  # one error (a world's, the grammar's): as itself, in one line
+        raise
     finally:
         bar.close()
+
+
+def _remove_unstarted(run_dir: Path, made: Path | None) -> None:
+    """A new run that failed before it kept anything (no step, no episode: a policy that cannot
+    answer, a learner that fails on its first step) is removed, folders it made included, so
+    that ``--out`` can be given again. Anything kept (an episode, a failed episode) stays:
+    the run is resumable."""
+    if any(run_dir.glob("*/*.msgpack")):
+        return
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+    else:  # the folder was there, empty (checked before the run): empty it again
+        for p in run_dir.iterdir():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 def _is_interrupt(e: BaseException) -> bool:
@@ -940,12 +969,28 @@ async def _train(
         # look finished ("idle") to the conductor: it must not be kept as if it had run.
         await trio.lowlevel.checkpoint_if_cancelled()
         g, i = source.issued.pop(ep.config.sample_seed)
+        if ep.end == "world_error":  # kept for the author, never learned from: the run stops
+            failed = run_dir / "failed" / episode_name(g, i)
+            failed.parent.mkdir(exist_ok=True)
+            save_episode(ep, failed)
+            raise ValueError(
+                f"{world_error(ep)}; the episode is kept in {failed}; once the world is fixed, "
+                f"`collective train --resume {run_dir}`"
+            )
         save_episode(ep, episodes_dir / episode_name(g, i))  # kept before anyone uses it
         await send.send((g, i, ep))
 
+    stopped: list[Exception] = []
+
     async def rollouts() -> None:
         async with send:
-            await conductor.play(source, concurrency=cfg.concurrency, emit=emit)
+            try:
+                await conductor.play(source, concurrency=cfg.concurrency, emit=emit)
+            except Exception as e:
+                # Cancel the learner's loop before the channel closes, so that the error is
+                # the run's only one (not grouped with the learner's EndOfChannel).
+                stopped.append(e)
+                nursery.cancel_scope.cancel()
 
     @trio.lowlevel.enable_ki_protection
     def commit(step: int, metrics: StepMetrics, ledger: Ledger, names: list[str]) -> None:
@@ -1008,6 +1053,8 @@ async def _train(
             if stop_after is not None and len(done) >= stop_after:
                 break
         nursery.cancel_scope.cancel()
+    if stopped:
+        raise stopped[0]
     bar.close()
     if logger is not None:  # (TensorBoard was flushed at every step; W&B also finishes at exit)
         logger.close()
