@@ -560,20 +560,23 @@ def code_at(ref: str, into: Path) -> Path:
 
 def measured(args: list[str], code: Path) -> dict[str, Any]:
     """Run ``python -m collective.cli ARGS`` on the engine in ``code``, in a fresh process:
-    its wall time, peak resident set (the child's own, from wait4) and JSON answer."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collective.cli", *args],
-        cwd=code,
-        env={**os.environ, "PYTHONPATH": str(code)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = proc.stdout.read(), proc.stderr.read()
+    its wall time, peak resident set (the child's own, from wait4) and JSON answer. Its output
+    goes to files, not pipes: a pipe nobody reads while we wait would stop it."""
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collective.cli", *args],
+            cwd=code,
+            env={**os.environ, "PYTHONPATH": str(code)},
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        stdout.seek(0)
+        stderr.seek(0)
+        out, err = stdout.read(), stderr.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{err[-2000:]}")

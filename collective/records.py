@@ -419,23 +419,28 @@ def turn_end(index: int, turn: Turn) -> TurnEnd:
 
 def episode_parts(ep: Episode) -> Iterator[Part]:
     """A whole episode as the parts a file holds (a run writing as it goes gives the same
-    content; its chunks are cut elsewhere)."""
+    content; its chunks are cut elsewhere). An outcome goes no earlier than its turn."""
     yield Opening(ep.config)
     ends = sorted(
         (turn_end(i, t) for i, t in enumerate(ep.turns) if t.kind),
         key=lambda e: (e.finished, e.index),
     )
     n = CHUNK_RECORDS
-    rounds = max(1, -(-max(len(ep.events), len(ep.turns), len(ends), len(ep.curve)) // n))
-    for k in range(rounds):
+    k = taken = 0
+    while k == 0 or k * n < max(len(ep.events), len(ep.turns), len(ep.curve)) or taken < len(ends):
+        turns = min(len(ep.turns), (k + 1) * n)  # turns written once this chunk is
+        first = taken
+        while taken < len(ends) and taken - first < n and ends[taken].index < turns:
+            taken += 1
         cut = slice(k * n, (k + 1) * n)
         yield Chunk(
             ep.events[cut],
             [blank_turn(t) for t in ep.turns[cut]],
-            ends[cut],
+            ends[first:taken],
             ep.spaces if k == 0 else [],
             ep.curve[cut],
         )
+        k += 1
     yield Closing(ep.score, ep.duration, ep.end, ep.stats, ep.world_metrics, len(ep.turns))
 
 

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from hostile import as_parts, seal_parts
 
-from collective import EpisodeConfig, load_episode, run_episode
+from collective import EpisodeConfig, load_episode, records, run_episode, save_episode
 from collective import episode as episode_module
 from collective.cli import main
 from collective.records import EpisodeFileError, EpisodeWriter, encode_episode, open_episode
@@ -129,3 +129,15 @@ def test_show_and_diff_read_the_file_as_it_goes(
     out = capsys.readouterr().out
     assert "config sample_seed: 4 vs 5" in out and "first divergence at event" in out
     assert main(["diff", str(a), str(a)]) == 0
+
+
+def test_a_whole_episode_saved_in_many_chunks_loads_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ep = run_episode(CFG, RandomPolicy())
+    monkeypatch.setattr(records, "CHUNK_RECORDS", 16)  # outcomes land chunks after their turns
+    save_episode(ep, tmp_path / "ep.msgpack")
+    stream = open_episode(tmp_path / "ep.msgpack")
+    assert len(stream.offsets) > 10
+    assert load_episode(tmp_path / "ep.msgpack") == ep
+    assert differences(stream, ep) == []
