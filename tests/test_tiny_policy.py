@@ -259,17 +259,16 @@ def test_the_whole_pool_in_one_batch_and_reversed() -> None:
 
 #: Settings that steer torch's, MKL's and oneDNN's choice of kernels, each a subprocess of
 #: ``tests/batch_probe.py`` (environment, arguments): this CPU's defaults; ATen's kernels without
-#: SIMD and with AVX2 (on a CPU with AVX-512 the default is another); the process's torch threads
-#: at 3; oneDNN off; MKL's compatibility mode (on torch 2.13's MKL a plain float32 product then
-#: rounds a row differently in batches of 8 or more than in a batch of 4: the old sampler, which
-#: counted on MKL rounding a row the same for any 4+ rows, failed here as on CPUs with AVX-512);
-#: MKL and oneDNN capped at SSE4.2.
+#: SIMD, with oneDNN off; ATen's AVX2 kernels (on a CPU with AVX-512 the default is another); the
+#: process's torch threads at 3; MKL's compatibility mode (on torch 2.13's MKL a plain float32
+#: product then rounds a row differently in batches of 8 or more than in a batch of 4: the old
+#: sampler, which counted on MKL rounding a row the same for any 4+ rows, failed here as on CPUs
+#: with AVX-512); MKL and oneDNN capped at SSE4.2.
 KERNEL_SETTINGS: dict[str, tuple[dict[str, str], list[str]]] = {
     "defaults": ({}, []),
-    "aten-no-simd": ({"ATEN_CPU_CAPABILITY": "default"}, []),
+    "aten-no-simd-mkldnn-off": ({"ATEN_CPU_CAPABILITY": "default"}, ["--no-mkldnn"]),
     "aten-avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, []),
     "threads-3": ({}, ["--threads", "3"]),
-    "mkldnn-off": ({}, ["--no-mkldnn"]),
     "mkl-compatible": ({"MKL_CBWR": "COMPATIBLE"}, []),
     "sse4.2": ({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}, []),
 }

@@ -91,11 +91,11 @@ def test_the_main_job_reruns_bit_exact_whatever_the_batching(tmp_path: Path) -> 
     batch-invariant by construction, all 8 episode files differed so). ``bench/rerun.py``
     runs the whole main job twice, and killed twice."""
     env = {**os.environ, "MKL_CBWR": "COMPATIBLE"}
-    short = ["--set", "steps=2", "--set", "groups_per_step=1", "--set", "plots=false"]
+    short = [f"--set={kv}" for kv in ("steps=2", "groups_per_step=1", "max_output_tokens=12")]
     quick = [sys.executable, "-m", "collective.cli", "train", str(ROOT / "configs" / "quick.toml")]
     for run, more in ((tmp_path / "a", []), (tmp_path / "b", ["--set", "concurrency=3"])):
         subprocess.run(
-            [*quick, "--out", str(run), "--quiet", *short, *more],
+            [*quick, "--out", str(run), "--quiet", "--set=plots=false", *short, *more],
             env=env,
             capture_output=True,
             timeout=300,
