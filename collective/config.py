@@ -20,6 +20,27 @@ import msgspec
 from policy.tiny.model import TinyConfig
 
 
+class ClusterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Where a run's work happens (``[cluster]``). Placement only: the same config and seed give
+    the same run on either backend and any number of workers."""
+
+    backend: Literal["local", "ray"] = "local"  # local: everything in this process
+    address: str = ""  # ray: "" starts a local Ray; "auto" or "ray://host:port" joins a cluster
+    rollout_workers: int = 2  # Ray actors, each a conductor running its share of a step's episodes
+    cpus_per_worker: float = 1.0  # Ray CPUs each rollout worker reserves
+    learner_gpus: float = 0.0  # > 0: the learner is a Ray actor holding this many GPUs
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.rollout_workers >= 1, "rollout_workers must be >= 1"),
+            (0 < self.cpus_per_worker < math.inf, "cpus_per_worker must be > 0"),
+            (0 <= self.learner_gpus < math.inf, "learner_gpus must be >= 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"train config: cluster.{msg}")
+
+
 class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # -- the task ---------------------------------------------------------------------------
     world: str = "workshop"
@@ -79,6 +100,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     keep_episodes: bool = True  # keep every episode file (False: delete once consumed)
     plots: bool = True
     logger: Literal["none", "tensorboard", "wandb"] = "none"  # also log to TensorBoard or W&B
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)  # [cluster]: placement
 
     def __post_init__(self) -> None:
         checks = [

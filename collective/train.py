@@ -248,6 +248,7 @@ def train(
     resume: bool = False,
     progress: bool = True,
     stop_after: int | None = None,
+    here: bool = False,
 ) -> list[StepMetrics]:
     """Train, writing everything into ``run_dir``; with ``resume``, continue a stopped run.
 
@@ -256,7 +257,21 @@ def train(
     resume leaves the run as it was). Ctrl-C raises :class:`Interrupted` once the step in hand
     is either fully written or not at all; ``--resume`` continues from there, as if never
     stopped. ``stop_after`` ends the run after that many steps of this invocation (tests use it
-    to simulate an interruption). Returns the metrics of the steps run now."""
+    to simulate an interruption). Returns the metrics of the steps run now.
+
+    With ``[cluster] backend = "ray"`` and ``learner_gpus > 0`` this whole function runs in a
+    Ray actor holding those GPUs (``collective.cluster.train_on_learner_node``; ``here`` is
+    how that actor says it is the place)."""
+    if cfg.cluster.backend == "ray" and cfg.cluster.learner_gpus > 0 and not here:
+        from collective.cluster import LearnerDied, train_on_learner_node
+
+        try:
+            where = str(Path(run_dir).absolute())  # (the actor's working directory is not ours)
+            rows = train_on_learner_node(cfg, where, resume=resume, stop_after=stop_after)
+        except (LearnerDied, KeyboardInterrupt) as e:
+            why = str(e) if isinstance(e, LearnerDied) else "interrupted"
+            raise Interrupted(f"{why}; resume with `collective train --resume {run_dir}`") from None
+        return [msgspec.json.decode(r, type=StepMetrics) for r in rows]
     from tqdm import tqdm
 
     from collective.backend import make_backend
@@ -295,10 +310,14 @@ def train(
     if state.step >= cfg.steps:
         run.create(resume, state.step)
         return []
-    rollouts: Rollouts = LocalRollouts(
-        cfg, run, state.step, backend, model, frozen, serving_weights
-    )
-    rollouts.start()
+    rollouts: Rollouts
+    if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
+        from collective.cluster import RayRollouts
+
+        rollouts = RayRollouts(cfg, run, state.step, backend, serving_weights)
+    else:
+        rollouts = LocalRollouts(cfg, run, state.step, backend, model, frozen, serving_weights)
+    rollouts.start()  # Ray: connect, check resources, start the workers (one-line errors)
     # -- checked and built: now the run directory may be written ------------------------------
     try:
         run.create(resume, state.step)
