@@ -164,8 +164,8 @@ def test_the_learner_actor_dies_and_the_run_resumes(
 ) -> None:
     """The learner as a Ray actor (``learner_gpus > 0``; here the same actor with ``num_gpus =
     0``, for want of a GPU) killed after its first step: the run stops, and ``--resume``
-    continues it to exactly the local run."""
-    cfg = _ray_cfg("cluster.rollout_workers=2", "cluster.cpus_per_worker=0.5")
+    continues it to exactly the local run (one rollout worker here: 1, 2, any number)."""
+    cfg = _ray_cfg("cluster.rollout_workers=1")
     run = tmp_path / "ray"
 
     def kill_after_the_first_step() -> None:
@@ -178,7 +178,7 @@ def test_the_learner_actor_dies_and_the_run_resumes(
     with pytest.raises(LearnerDied, match="the learner actor died"):
         train_on_learner_node(cfg, str(run), resume=False, stop_after=None, gpus=0)
     killer.join()
-    assert len(read_metrics(run)) < 3
+    assert len((run / "metrics.jsonl").read_bytes().splitlines()) < 3, "it died mid-run"
     train(cfg, run, resume=True, progress=False)
     _same_run(local_run, run)
 
@@ -197,32 +197,31 @@ def test_the_scale_study_on_ray_is_the_local_study(cluster: Any, tmp_path: Path)
     ]
 
 
-def test_ctrl_c_stops_the_cluster_work_cleanly(tmp_path: Path) -> None:
-    """``collective train`` on Ray (its own local Ray, started and stopped by the command),
-    interrupted after its first step: exit 130 with the resume line, the step whole in the
-    ledger, and no Ray process of the command left behind."""
+def test_ctrl_c_stops_the_cluster_work_cleanly(cluster: Any, tmp_path: Path) -> None:
+    """``collective train`` joining this Ray cluster by its address, interrupted after its
+    first step: exit 130 with the resume line, whole steps in the ledger, and the command's
+    workers gone (their CPUs free again)."""
     run = tmp_path / "run"
-    sets = [
-        a
-        for kv in [*SHORT, "cluster.backend=ray", "cluster.rollout_workers=1"]
-        for a in ("--set", kv)
-    ]
+    address = ray.get_runtime_context().gcs_address
+    placement = ["cluster.backend=ray", f'cluster.address="{address}"', "cluster.rollout_workers=2"]
+    sets = [a for kv in [*SHORT, *placement] for a in ("--set", kv)]
     cmd = [sys.executable, "-m", "collective.cli", "train", str(ROOT / "configs" / "quick.toml")]
     p = subprocess.Popen(
         [*cmd, "--out", str(run), *sets, "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
     )
     deadline = time.monotonic() + 240
     while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_bytes():
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()[1]
         time.sleep(0.05)
+    assert ray.available_resources().get("CPU", 0) == 0, "its two workers hold the CPUs"
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "resume with `collective train --resume" in err
     assert len(_used(run)) == 6 * len(read_metrics(run)), "whole steps only"
-    left = subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True)
-    assert left.stdout == "", "the command's Ray processes are gone"
+    while ray.available_resources().get("CPU", 0) < 2:
+        assert time.monotonic() < deadline, "the command's workers still hold their CPUs"
+        time.sleep(0.1)
