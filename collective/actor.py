@@ -33,6 +33,16 @@ class Fired(Exception):
     """Raised inside an actor's program when its organisation fires it."""
 
 
+class WorldStopped(Exception):
+    """Raised inside an actor's program when its observation raised: the world has a bug, and
+    the episode ends at the next quiescence (see ``LiveEpisode.observe_failed``)."""
+
+
+def sender_name(sender: int) -> str:
+    """How a post's sender reads in a prompt: an agent's id, or ``world`` (``World.post``)."""
+    return str(sender) if sender >= 0 else "world"
+
+
 class Actor:
     """One agent. Slots keep an idle agent to a few hundred bytes beside its trio task."""
 
@@ -119,7 +129,15 @@ class Actor:
         return trio.lowlevel.Abort.SUCCEEDED
 
     def observe(self) -> str:
-        return self.ep.worlds[self.group].observe(self.local)
+        """The world's observation for this agent; one that raises or is not a str ends the
+        episode (a bug in the world), and this agent's program with it."""
+        try:
+            text = self.ep.worlds[self.group].observe(self.local)
+            if type(text) is not str:
+                raise TypeError(f"observe() returned {type(text).__name__} {text!r:.60}, not a str")
+        except Exception as e:
+            raise self.ep.observe_failed(self, e) from e
+        return text
 
     def prompt(self, last_result: str) -> str:
         """The observation, then what arrived since the last turn, then the last result.
@@ -141,7 +159,9 @@ class Actor:
             self.missed += missed  # counted by the conductor with the next request
             mine = [p for p in posts if p.sender != self.id]
             if mine:
-                lines.append(f"#{name}: " + " | ".join(f"[{p.sender}] {p.text}" for p in mine))
+                lines.append(
+                    f"#{name}: " + " | ".join(f"[{sender_name(p.sender)}] {p.text}" for p in mine)
+                )
         lines.append(f"last: {last_result}")
         self.read_ids = tuple(read)
         return "\n".join(lines) + "\n>"

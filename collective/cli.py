@@ -24,7 +24,9 @@ from collective.records import (
     Episode,
     EpisodeConfig,
     EpisodeFileError,
+    Failed,
     Fired,
+    Happened,
     Hired,
     Posted,
     Rejected,
@@ -32,8 +34,10 @@ from collective.records import (
     Spawned,
     Thought,
     Woke,
+    failure_text,
     load_episode,
     save_episode,
+    world_error,
 )
 from policy.base import PolicyError
 
@@ -92,6 +96,7 @@ def _close(policy: Any) -> None:
 @command
 def cmd_run(a: argparse.Namespace) -> int:
     from collective.conductor import run_episode
+    from collective.organisation import make_organisation
     from collective.registry import check_runnable
     from collective.replay import tokenizer_of
     from policy.factory import make_policy
@@ -115,6 +120,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     # now, not a traceback after the whole episode.
     check_runnable(cfg)
     out = check_file(a.out, "--out") if a.out else None
+    notice = make_organisation(cfg.org, cfg.budget).like_flat(one_policy=True)
+    if notice:
+        print(f"collective run: note: {notice}", file=sys.stderr)
     # Fresh tiny weights always come from seed 0: --seed picks the task and the sampling
     # streams, not a different network (a fork with --seed continues with the same one).
     policy = make_policy(a.policy)
@@ -127,6 +135,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     if out is not None:
         save_episode(ep, out)
+    if ep.end == "world_error":  # a bug in the world: one line, the record kept
+        kept = f"the episode is in {a.out}" if a.out else "--out FILE keeps the episode"
+        raise ValueError(f"{world_error(ep)}; {kept} (-v for the traceback)")
     if ep.end == "event_limit":
         print(
             f"collective run: stopped at the event limit ({cfg.max_events:,} events) at "
@@ -219,6 +230,33 @@ def cmd_replay(a: argparse.Namespace) -> int:
     return 0
 
 
+# -- check ------------------------------------------------------------------------------------
+
+
+@command
+def cmd_check(a: argparse.Namespace) -> int:
+    from collective.check import check_world
+
+    report = check_world(
+        a.world,
+        dict(a.param),
+        agents=a.agents,
+        seeds=a.seeds,
+        rollouts=a.rollouts,
+        time_limit=a.time_limit,
+        latency=a.latency,
+        limits=a.limits or (),
+    )
+    params = f" {dict(a.param)}" if a.param else ""
+    print(
+        f"check {a.world}{params}: {a.agents} agents, {a.seeds} world seeds x {a.rollouts} "
+        f"rollouts of a random team, T = {a.time_limit:g} s, latency {a.latency}"
+    )
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+
+
 # -- show and diff -----------------------------------------------------------------------------
 
 
@@ -254,13 +292,17 @@ def describe(e: Any, exact: bool = False) -> str:
         case Dropped(to=to, msg=m, reason=reason):
             return f"message {m} to agent {to} DROPPED: {reason}"
         case Posted(channel=ch, text=text):
-            return f"{who} posts on #{ch}: {text!r}"
+            return f"{who if e.agent >= 0 else 'the world'} posts on #{ch}: {text!r}"
         case Hired(new=new, role=role):
             return f"{who} hires agent {new} as {role}"
         case Fired(target=target):
             return f"{who} fires agent {target}"
         case Woke(reason=reason):
             return f"{who} wakes: {reason}"
+        case Happened(call=call, group=group):
+            return f"world {'' if group == 0 else f'(group {group}) '}event: {call}"
+        case Failed(world=world, method=method, error=error, where=where):
+            return f"WORLD ERROR: {failure_text(world, method, e.agent, error, where)}"
         case Ended(reason=reason, score=score):
             return f"episode ends ({reason}), score {score:.4f}"
     return repr(e)
@@ -288,6 +330,9 @@ def cmd_show(a: argparse.Namespace) -> int:
         f"sample_seed={c.sample_seed} T_max={c.time_limit:g}s clock={c.clock} "
         f"latency={c.latency.name} policy={c.policy}"
     )
+    if a.observations:
+        _show_observations(ep, a)
+        return 0
     shown = 0
     for e in ep.events:
         if a.agent is not None and e.agent != a.agent and not isinstance(e, Ended):
@@ -303,7 +348,32 @@ def cmd_show(a: argparse.Namespace) -> int:
         f"# score {ep.score:.4f} after {ep.duration:.1f}s simulated ({ep.end}); "
         f"{ep.stats.turns} turns, {ep.stats.output_tokens} tokens, {ep.stats.sent} messages"
     )
+    if ep.end == "world_error":
+        print(f"# {world_error(ep)}")
     return 0
+
+
+def _show_observations(ep: Episode, a: argparse.Namespace) -> None:
+    """Every turn's prompt: what the agent saw (the world's observation, then its inbox, the
+    channels' news and its last result), then what it decided and what came of it."""
+    turns = [t for t in ep.turns if a.agent is None or t.agent == a.agent]
+    if turns and not any(t.prompt for t in turns):
+        raise ValueError(
+            f"{a.episode} was run with keep_prompts = false: it holds no observations to show"
+        )
+    turns.sort(key=lambda t: (t.asked, t.agent, t.turn))
+    for shown, t in enumerate(turns):
+        if a.limit and shown >= a.limit:
+            print(f"... ({len(turns)} turns in all)")
+            break
+        print(f"{t.asked:10.3f}  agent {t.agent} turn {t.turn} ({t.role}) sees:")
+        for line in t.prompt.split("\n"):
+            print(f"{'':12}| {line}")
+        if t.kind:
+            outcome = f"{'->' if t.ok else 'FAILED ->'} {t.result}"
+        else:
+            outcome = "(the episode ended first)"
+        print(f"{t.answered:10.3f}  decides: {t.text!r}  {outcome}")
 
 
 @command
@@ -540,15 +610,41 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a world parameter (repeatable)",
+        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
+        "world constructor annotates (repeatable)",
     )
     r.add_argument(
         "--max-events",
         type=int,
         default=EpisodeConfig().max_events,
-        help="stop the episode after this many events (reported when reached)",
+        help="stop the episode after this many events (default %(default)s; reported when reached)",
     )
     r.add_argument("--out", help="write the episode here (msgpack)")
+
+    c = sub.add_parser(
+        "check", help="check a world before training on it: bugs, determinism, learnability"
+    )
+    c.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
+    c.add_argument(
+        "--param",
+        type=_param,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
+        "world constructor annotates (repeatable)",
+    )
+    c.add_argument("--agents", type=int, default=4, help="team size")
+    c.add_argument("--seeds", type=int, default=3, help="world seeds (task instances)")
+    c.add_argument("--rollouts", type=int, default=4, help="random-team rollouts per world seed")
+    c.add_argument("--time-limit", type=float, default=600.0, help="T_max: give your training's")
+    c.add_argument("--latency", default="tiny", help="latency preset (training's default: tiny)")
+    c.add_argument(
+        "--limits",
+        type=lambda t: _numbers(t, float),
+        default=None,
+        help="read the score at these times (default: T/4, T/2, T)",
+    )
 
     rp = sub.add_parser("replay", help="replay an episode and check it is identical; or fork it")
     rp.add_argument("episode")
@@ -579,6 +675,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="also thinking starts and deliveries")
     s.add_argument("--limit", type=int, default=0, help="at most this many lines")
     s.add_argument("--png", metavar="PATH", help="draw the swimlane picture here instead")
+    s.add_argument(
+        "--observations",
+        action="store_true",
+        help="what each agent saw at each turn (its prompt), and what it did",
+    )
 
     t = sub.add_parser("train", help="train the tiny policy with RLCR")
     t.add_argument("config", nargs="?", help="a TOML config, e.g. configs/quick.toml")

@@ -146,7 +146,7 @@ class Conductor:
             with _roomy_gc():
                 return await self._play(source, concurrency, emit, replay)
         except BaseExceptionGroup as group:
-            raise _single(group) from None
+            raise lone_error(group) from None
 
     async def _play(
         self,
@@ -320,9 +320,10 @@ def _roomy_gc() -> Iterator[None]:
 _plays = 0  # plays running in this process (nested or concurrent): the outermost restores
 
 
-def _single(group: BaseExceptionGroup) -> BaseException:
-    """trio wraps every error in an ExceptionGroup; a lone error is clearer unwrapped, and keeps
-    its own traceback. Several errors stay grouped."""
+def lone_error(group: BaseExceptionGroup) -> BaseException:
+    """trio wraps every error in an ExceptionGroup; a lone error is clearer unwrapped (the
+    command line prints it in one line), and keeps its own traceback. Several errors stay
+    grouped."""
     err: BaseException = group
     while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
         err = err.exceptions[0]

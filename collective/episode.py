@@ -1,10 +1,14 @@
 """One live episode: its worlds, its actors, its heap of due events, and where effects land.
 
 This is where an agent's message goes. Every effect on shared state (a tool call, a delivery, a
-post, a hire or fire) is applied here, by the conductor, either when it starts a parked actor's
-request (``start_requests``, in agent-id order) or when the simulated clock reaches the effect
-(``advance``, in heap order ``(time, priority, agent, seq)``). Actors are resumed only inside
-``advance``, so everything an actor reads was committed before it ran.
+post, a hire or fire, a world's own event) is applied here, by the conductor, either when it
+starts a parked actor's request (``start_requests``, in agent-id order) or when the simulated
+clock reaches the effect (``advance``, in heap order ``(time, priority, agent, seq)``). Actors
+are resumed only inside ``advance``, so everything an actor reads was committed before it ran.
+
+A world method that raises (anything but a tool's ``ToolError``) is a ``WorldBug``: it is
+caught where the conductor entered the episode (``advance``, ``start_requests``), logged as a
+``Failed`` event, and the episode ends ``world_error``, its record whole up to there.
 """
 
 from __future__ import annotations
@@ -29,7 +33,15 @@ from collective.actions import (
     longest_action,
     parse_action,
 )
-from collective.actor import THINK, Actor, Fired, Program, prompt_digest
+from collective.actor import (
+    THINK,
+    Actor,
+    Fired,
+    Program,
+    WorldStopped,
+    prompt_digest,
+    sender_name,
+)
 from collective.comms import Archive, Channel, Message
 from collective.log import get_logger
 from collective.organisation import make_organisation
@@ -42,6 +54,8 @@ from collective.records import (
     Ended,
     Episode,
     EpisodeConfig,
+    Failed,
+    Happened,
     Hired,
     Posted,
     Rejected,
@@ -56,14 +70,16 @@ from collective.records import (
     Fired as FiredEvent,
 )
 from collective.registry import make_world
-from collective.world import ToolError, World
+from collective.world import Scalar, ToolError, World, WorldBug, checked_score
 from policy.base import PolicyRequest, PolicyResponse
 
 log = get_logger("collective.episode")
 
-# Priorities of heap entries that fall on the same instant: answers first, then effects, then
-# plain resumptions, then timers, so a message landing at t wakes a waiter before its timeout.
-RESPOND, COMMIT, RESUME, TIMER = 0, 1, 2, 3
+# Priorities of heap entries that fall on the same instant: answers first, then the world's own
+# events (so an action landing at t sees what happened at t), then effects, then plain
+# resumptions, then timers, so a message landing at t wakes a waiter before its timeout. (Only
+# the order matters: these numbers are never recorded.)
+RESPOND, WORLD, COMMIT, RESUME, TIMER = 0, 1, 2, 3, 4
 
 _BY_ID = operator.attrgetter("id")
 
@@ -158,7 +174,22 @@ class LiveEpisode:
         self.holding = False
         self.held: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = []
         self.hired: list[Actor] = []
-        self.curve.append((0.0, self.score()))
+        self.failures: list[WorldBug] = []  # observations that raised, found at quiescence
+        # A world posts on the channels its group's agents share.
+        firsts = [sum(sizes[:g]) for g in range(len(sizes))]
+        self.world_channels = [
+            self.org.channels(self.org.role(first, cfg.agents), g) for g, first in enumerate(firsts)
+        ]
+        self.group_of = {id(w): g for g, w in enumerate(self.worlds)}
+        for w in self.worlds:
+            for t, fn, args in w._attach(self):  # the events its constructor scheduled
+                self._schedule(t, WORLD, self.group_of[id(w)], (w, fn, args))
+        try:
+            self.curve.append((0.0, self.score()))
+        except WorldBug as bug:
+            for w in self.worlds:
+                w._detach()
+            raise ValueError(f"world {cfg.world!r}: {bug.line()}") from bug.cause
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -236,7 +267,7 @@ class LiveEpisode:
         actor.task = trio.lowlevel.current_task()
         try:
             await self.program(actor)
-        except Fired:
+        except (Fired, WorldStopped):
             pass
         finally:
             if actor.alive:
@@ -273,8 +304,19 @@ class LiveEpisode:
     # -- starting requests, in canonical order --------------------------------------------------
 
     def start_requests(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
+        if self.failures:  # an observation raised: the lowest agent's, whatever trio's order
+            self._fail(min(self.failures, key=lambda bug: bug.agent))
+            return
         pending = sorted((a for a in self.pending if a.request is not None), key=_BY_ID)
         self.pending = []
+        try:
+            self._start_each(pending, thinks)
+        except WorldBug as bug:
+            self._fail(bug)
+
+    def _start_each(
+        self, pending: list[Actor], thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]
+    ) -> None:
         for actor in pending:
             kind, payload = actor.request  # type: ignore[misc]
             actor.request = None
@@ -330,8 +372,9 @@ class LiveEpisode:
             try:
                 duration = world.tool_duration(action.tool, actor.local, action.args)
             except Exception as e:
-                self._tool_failed(actor, act, action, e)
-                return
+                fn = world._tool_decls[action.tool].duration
+                bug = WorldBug(world, f"{action.tool} (duration)", e, agent=actor.id, fn=fn)
+                raise bug from e
         else:
             duration = self.cfg.comm_duration
         until = self.now + duration
@@ -372,6 +415,8 @@ class LiveEpisode:
 
     async def advance(self) -> None:
         """Move to the next instant with due events and apply them all, in canonical order."""
+        if self.ended:  # a world bug found while requests were started
+            return
         if not self.heap:
             self._end("idle")  # everyone waits for a message nobody can send
             return
@@ -391,31 +436,38 @@ class LiveEpisode:
         # Hold every resumption until the whole instant is applied: an async tool awaits in the
         # middle of it, and an actor let run then would read an instant half committed.
         self.holding = True
-        while self.heap and self.heap[0][0] == t:
-            _, prio, _, _, _, item = heapq.heappop(self.heap)
-            if prio == RESPOND:
-                self._respond(*item)
-            elif prio == COMMIT:
-                changed |= await self._commit(*item)
-            elif prio == RESUME:
-                actor, value = item
-                if actor.alive:
-                    self._resume(actor, value)
-            else:
-                actor, act, token, reason = item
-                if actor.alive and actor.waiting and actor.wait_token == token:
-                    self._wake(actor, act, reason)
-            if len(self.events) >= self.cfg.max_events:
-                self._release()  # before the end cancels them: a held task is still parked
-                self._end("event_limit")
-                return
-        self._release()
-        if changed:
-            s = self.score()
-            if s != self.curve[-1][1]:
-                self.curve.append((t, s))
-            if self.org.finished([w.done() for w in self.worlds]):
-                self._end("done")
+        try:
+            while self.heap and self.heap[0][0] == t:
+                _, prio, _, _, _, item = heapq.heappop(self.heap)
+                if prio == RESPOND:
+                    self._respond(*item)
+                elif prio == COMMIT:
+                    changed |= await self._commit(*item)
+                elif prio == RESUME:
+                    actor, value = item
+                    if actor.alive:
+                        self._resume(actor, value)
+                elif prio == WORLD:
+                    self._happen(*item)
+                    changed = True
+                else:
+                    actor, act, token, reason = item
+                    if actor.alive and actor.waiting and actor.wait_token == token:
+                        self._wake(actor, act, reason)
+                if len(self.events) >= self.cfg.max_events:
+                    self._release()  # before the end cancels them: a held task is still parked
+                    self._end("event_limit")
+                    return
+            self._release()
+            if changed:
+                s = self.score()
+                if s != self.curve[-1][1]:
+                    self.curve.append((t, s))
+                if self.org.finished(self._done()):
+                    self._end("done")
+        except WorldBug as bug:
+            self._release()
+            self._fail(bug)
 
     def _release(self) -> None:
         self.holding = False
@@ -492,8 +544,7 @@ class LiveEpisode:
         except ToolError as e:
             ok, result = False, f"error: {e}"
         except Exception as e:
-            self._tool_failed(actor, act, action, e, committing=True)
-            return True
+            raise WorldBug(world, f"{action.tool} (tool)", e, agent=actor.id) from e
         real = time.perf_counter() - t0 if self.cfg.clock == "hybrid" else 0.0
         if self.replay is not None and (actor.id, act) in self.replay.real:
             real = self.replay.real[(actor.id, act)]
@@ -507,21 +558,70 @@ class LiveEpisode:
             self._resume(actor, result)
         return True
 
-    def _tool_failed(
-        self, actor: Actor, act: int, action: Action, e: Exception, committing: bool = False
+    # -- the world's own events, and its bugs ---------------------------------------------------
+
+    def schedule_world_event(
+        self, world: World, t: float, fn: Any, args: tuple[Scalar, ...]
     ) -> None:
-        """A world's tool raised something other than ToolError: a bug in the world. The agent
-        gets an error result and the episode goes on; the log keeps the evidence."""
-        where = f"{type(self.worlds[actor.group]).__name__}.{action.tool}"
-        result = f"error: {where} failed: {type(e).__name__}: {e}"
-        log.warning("tool raised", tool=where, agent=actor.id, t=self.now, exc_info=e)
-        self.stats.tool_errors += 1
-        self.log(Committed(self.now, actor.id, act, action.tool, False, result, 0.0))
-        self._finish_turn(actor, action.tool, "world", False, result)
-        if committing:
-            self._resume(actor, result)
-        else:
-            self._schedule(self.now, RESUME, actor.id, (actor, result))
+        """``World.at`` during the episode: only while an instant is being committed (a tool, a
+        world event, heard, join, leave), never from observe or score, which only read."""
+        if not self.holding:
+            raise RuntimeError(
+                "at() and after() may be called from the constructor, a tool, a world event, "
+                "heard, join or leave; observe, score, done and durations only read"
+            )
+        self._schedule(t, WORLD, self.group_of[id(world)], (world, fn, args))
+
+    def world_post(self, world: World, text: str) -> None:
+        """``World.post``: a post from the world (sender -1) on its group's channels, waking
+        the subscribers who wait for news. Messages from the world are not agents' posts, so
+        ``stats.posts`` does not count them, and the world does not hear itself."""
+        if not self.holding:
+            raise RuntimeError(
+                "post() may be called from a tool, a world event, heard, join or leave; "
+                "observe, score, done and durations only read"
+            )
+        for name in self.world_channels[self.group_of[id(world)]]:
+            channel = self._channel(name)
+            msg = Message(self.next_msg, self.now, -1, text)
+            self.next_msg += 1
+            channel.post(msg)
+            self.log(Posted(self.now, -1, msg.id, channel.name, text))
+            self._wake_subscribers(channel, -1)
+
+    def _happen(self, world: World, fn: Any, args: tuple[Scalar, ...]) -> None:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        call = f"{name}({', '.join(repr(a) for a in args)})"
+        self.log(Happened(self.now, -1, self.group_of[id(world)], call))
+        try:
+            fn(*args)
+        except Exception as e:
+            raise WorldBug(world, f"{name} (world event)", e, fn=fn) from e
+
+    def observe_failed(self, actor: Actor, error: Exception) -> WorldStopped:
+        """An actor's observation raised (or was not a str). Actors run in whatever order trio
+        picks, so the failure is only noted here; the conductor ends the episode with the
+        lowest agent's at the next quiescence (``start_requests``)."""
+        world = self.worlds[actor.group]
+        self.failures.append(WorldBug(world, "observe", error, agent=actor.id, fn=world.observe))
+        return WorldStopped()
+
+    def _fail(self, bug: WorldBug) -> None:
+        self._log_failure(bug)
+        self._end("world_error")
+
+    def _log_failure(self, bug: WorldBug) -> None:
+        log.debug("world error", world=self.cfg.world, t=self.now, exc_info=bug.cause)
+        self.log(Failed(self.now, bug.agent, bug.world, bug.method, bug.error, bug.where))
+
+    def _done(self) -> list[bool]:
+        out = []
+        for w in self.worlds:
+            try:
+                out.append(bool(w.done()))
+            except Exception as e:
+                raise WorldBug(w, "done", e, fn=w.done) from e
+        return out
 
     def _finish_turn(self, actor: Actor, tool: str, kind: str, ok: bool, result: str) -> None:
         tr = actor.turn_record
@@ -542,18 +642,15 @@ class LiveEpisode:
             channel.post(msg)
             self.stats.posts += 1
             self.log(Posted(self.now, actor.id, msg.id, channel.name, msg.text))
-            self.worlds[actor.group].heard(actor.local, None, msg.text)
-            for waiter in sorted(channel.waiting):
-                other = self.actors[waiter]
-                if waiter != actor.id and other.waiting:
-                    self._wake(other, other.acts - 1, f"post on #{channel.name}")
+            self._heard(actor, actor.local, None, msg.text)
+            self._wake_subscribers(channel, actor.id)
             return True, f"posted on #{channel.name}"
         if tool == "read":
             channel = self._channel(str(args[0]))
             posts = list(channel.posts)[-5:]
             if not posts:
                 return True, f"#{channel.name} is empty"
-            return True, " | ".join(f"[{p.sender}] {p.text}" for p in posts)
+            return True, " | ".join(f"[{sender_name(p.sender)}] {p.text}" for p in posts)
         if tool == "put":
             nid = self.archive.put(actor.id, str(args[0]))
             return True, f"saved as note {nid}"
@@ -597,7 +694,7 @@ class LiveEpisode:
         self.stats.delivered += 1
         self.log(Delivered(self.now, sender.id, msg_id, to))
         if recipient.group == sender.group:
-            self.worlds[sender.group].heard(sender.local, recipient.local, text)
+            self._heard(sender, sender.local, recipient.local, text)
         if recipient.waiting:
             self._wake(recipient, recipient.acts - 1, f"message from {sender.id}")
         return True, f"delivered to {to}"
@@ -610,7 +707,10 @@ class LiveEpisode:
         group = actor.group
         local = self.group_sizes[group]
         self.group_sizes[group] += 1
-        self.worlds[group].join(local)
+        try:
+            self.worlds[group].join(local)
+        except Exception as e:
+            raise WorldBug(self.worlds[group], "join", e, agent=actor.id) from e
         self.id_limit = max(self.id_limit, self.next_id + 1)
         new = self.spawn(role, group, local, by=actor.id)
         self.hirer[new.id] = actor.id
@@ -629,7 +729,10 @@ class LiveEpisode:
         self.alive -= 1
         self.hired_alive -= 1
         self.stats.fires += 1
-        self.worlds[target.group].leave(target.local)
+        try:
+            self.worlds[target.group].leave(target.local)
+        except Exception as e:
+            raise WorldBug(self.worlds[target.group], "leave", e, agent=actor.id) from e
         self.log(FiredEvent(self.now, actor.id, target_id))
         if target.waiting:
             self._stop_waiting(target)
@@ -642,6 +745,19 @@ class LiveEpisode:
         return True, f"fired agent {target_id}"
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _heard(self, sender: Actor, local: int, to: int | None, text: str) -> None:
+        world = self.worlds[sender.group]
+        try:
+            world.heard(local, to, text)
+        except Exception as e:
+            raise WorldBug(world, "heard", e, agent=sender.id) from e
+
+    def _wake_subscribers(self, channel: Channel, sender: int) -> None:
+        for waiter in sorted(channel.waiting):
+            other = self.actors[waiter]
+            if waiter != sender and other.waiting:
+                self._wake(other, other.acts - 1, f"post on #{channel.name}")
 
     def _channel(self, name: str) -> Channel:
         ch = self.channels.get(name)
@@ -691,13 +807,35 @@ class LiveEpisode:
         self.events.append(event)
 
     def score(self) -> float:
-        s = float(self.org.combine([w.score() for w in self.worlds]))
-        if not 0.0 <= s <= 1.0 or math.isnan(s):
-            raise ValueError(f"world {self.cfg.world!r}: score() returned {s}, outside [0, 1]")
-        return s
+        scores = []
+        for w in self.worlds:
+            try:
+                scores.append(checked_score(w))
+            except Exception as e:
+                raise WorldBug(w, "score", e, fn=w.score) from e
+        return float(self.org.combine(scores))
 
     def _end(self, reason: str) -> None:
-        self.final_score = self.score()
+        if reason != "world_error":
+            try:
+                self.final_score = self.score()
+                self.world_metrics = self._metrics()
+            except WorldBug as bug:
+                self._log_failure(bug)
+                reason = "world_error"
+        for w in self.worlds:
+            w._detach()
+            try:
+                w.close()
+            except Exception as e:  # resources a world failed to release are a bug too
+                if reason == "world_error":  # after a first bug, that one is the news
+                    log.debug("close() raised too", world=self.cfg.world, exc_info=e)
+                else:
+                    self._log_failure(WorldBug(w, "close", e, fn=w.close))
+                    reason = "world_error"
+        if reason == "world_error":
+            self.final_score = self.curve[-1][1]  # the last score the world could give
+            self.world_metrics = {}
         self.end_reason = reason
         self.stats.unread = sum(len(a.inbox) for a in self.actors.values() if a.inbox)
         self.log(Ended(self.now, -1, reason, self.final_score))
@@ -707,12 +845,19 @@ class LiveEpisode:
         for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
             if prio == RESPOND:  # fired agents' too, for the same reason as in _respond
                 self.turns.append(self._turn(item[0], item[1], item[2], t))
-        for w in self.worlds:
-            for key, value in w.metrics().items():
-                self.world_metrics[key] = self.world_metrics.get(key, 0.0) + float(value)
-            w.close()
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
+
+    def _metrics(self) -> dict[str, float]:
+        """``World.metrics()`` summed over the episode's worlds."""
+        out: dict[str, float] = {}
+        for w in self.worlds:
+            try:
+                for key, value in w.metrics().items():
+                    out[key] = out.get(key, 0.0) + float(value)
+            except Exception as e:
+                raise WorldBug(w, "metrics", e, fn=w.metrics) from e
+        return out
 
     def record(self) -> Episode:
         self.stats.events = len(self.events)

@@ -65,6 +65,12 @@ class Organisation:
     def finished(self, done: Sequence[bool]) -> bool:
         return all(done)
 
+    def like_flat(self, one_policy: bool) -> str:
+        """Why this organisation, as configured, would play exactly as ``flat`` does (only the
+        role names differ), or "" when it would not. ``one_policy``: the trained and the
+        frozen policy are the same (``collective run`` has one ``--policy``)."""
+        return ""
+
 
 ORGANISATIONS: dict[str, type[Organisation]] = {"flat": Organisation}
 
@@ -90,6 +96,13 @@ class Ceo(Organisation):
     def hire_roles(self, role: str) -> tuple[str, ...]:
         return ("specialist",) if role == "ceo" and self.budget > 0 else ()
 
+    def like_flat(self, one_policy: bool) -> str:
+        if self.budget:
+            return ""
+        return (
+            "--org ceo without --budget plays as flat does (the CEO cannot hire); give --budget K"
+        )
+
 
 @register_organisation
 class Orchestrator(Organisation):
@@ -111,6 +124,14 @@ class Orchestrator(Organisation):
 
     def policy_of(self, role: str) -> str:
         return "frozen" if role == "sub" else "trained"
+
+    def like_flat(self, one_policy: bool) -> str:
+        if self.budget or not one_policy:
+            return ""
+        return (
+            "--org orchestrator with one policy for both roles and no --budget plays as flat "
+            "does (the sub-agents run the orchestrator's policy; nobody hires)"
+        )
 
 
 @register_organisation
@@ -153,6 +174,11 @@ class Islands(Organisation):
 
     def finished(self, done: Sequence[bool]) -> bool:
         return any(done)
+
+    def like_flat(self, one_policy: bool) -> str:
+        if self.n_groups > 1:
+            return ""
+        return "islands:1 is one group, which plays as flat does (on a channel named g0)"
 
 
 def make_organisation(name: str, budget: int = 0) -> Organisation:

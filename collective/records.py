@@ -122,8 +122,38 @@ class Woke(Event, tag="wake"):
     reason: str
 
 
+class Happened(Event, tag="happen"):
+    """A world event (``World.at``) happened; ``agent`` is -1. Only worlds that schedule events
+    write these, so every other episode's bytes are as they were."""
+
+    group: int  # which of the episode's worlds (islands: one per group)
+    call: str  # what was called, as ``name(args)``
+
+
+class Failed(Event, tag="fail"):
+    """A world method raised (or returned what it may not): the episode ends ``world_error``
+    right after. ``agent`` is the agent whose call it was, or -1."""
+
+    world: str  # the world's class
+    method: str  # e.g. "water (tool)", "ignite (world event)", "observe", "score"
+    error: str  # "ZeroDivisionError: division by zero"
+    where: str  # "garden.py:30": the file's name and the line that raised
+
+
+def failure_text(world: str, method: str, agent: int, error: str, where: str) -> str:
+    """A world's bug in words: ``Garden.water (tool, agent 2) raised ZeroDivisionError: ...
+    at garden.py:30``."""
+    if agent >= 0:
+        method = (
+            f"{method[:-1]}, agent {agent})"
+            if method.endswith(")")
+            else f"{method} (agent {agent})"
+        )
+    return f"{world}.{method} raised {error} at {where}"
+
+
 class Ended(Event, tag="end"):
-    reason: str  # "done", "time_limit", "idle", "event_limit"
+    reason: str  # "done", "time_limit", "idle", "event_limit", "world_error"
     score: float
 
 
@@ -142,6 +172,8 @@ AnyEvent = (
     | Fired
     | Woke
     | Ended
+    | Happened
+    | Failed
 )
 
 
@@ -270,6 +302,18 @@ class Episode(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     turns: list[Turn]
     spaces: list[ActionSpace] = []  # the distinct action spaces turns were sampled under
     world_metrics: dict[str, float] = {}  # World.metrics() at the end, summed over groups
+
+
+def world_error(ep: Episode) -> str:
+    """One line saying how an episode that ended ``world_error`` failed: which world, at what
+    time, which method raised what, and where ("" if it did not end so)."""
+    if ep.end != "world_error":
+        return ""
+    e = next((e for e in reversed(ep.events) if isinstance(e, Failed)), None)
+    if e is None:
+        return f"world {ep.config.world!r} failed (the record does not say where)"
+    what = failure_text(e.world, e.method, e.agent, e.error, e.where)
+    return f"world {ep.config.world!r} failed at t={e.t:.3f}: {what}"
 
 
 class EpisodeFileError(ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -11,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from collective.records import EpisodeConfig
-from collective.world import World
+from collective.world import (
+    World,
+    WorldBug,
+    check_built,
+    checked_observation,
+    checked_score,
+    convert_params,
+)
 
 _loaded: dict[str, type[World]] = {}
 
@@ -65,20 +73,25 @@ def resolve_world(ref: str) -> type[World]:
 
 
 def make_world(ref: str, n_agents: int, seed: int, params: dict[str, Any]) -> World:
+    """Build a world for an episode: its parameters checked and converted against the
+    constructor's annotations, then the instance checked (``check_built``); every problem is
+    a one-line ValueError naming the world, before anything runs."""
     cls = resolve_world(ref)
+    params = convert_params(cls, params, ref)
     try:
-        return cls(n_agents=n_agents, seed=seed, **params)
-    except TypeError as e:
-        sig = inspect.signature(cls.__init__)
-        takes = [p for p in sig.parameters if p not in ("self", "n_agents", "seed")]
-        raise ValueError(
-            f"world {ref!r} rejected parameters {sorted(params)}: {e}; "
-            f"it takes: {', '.join(takes) or 'none'}"
-        ) from e
+        world = cls(n_agents=n_agents, seed=seed, **params)
     except MemoryError:
         raise
     except Exception as e:
-        raise ValueError(f"world {ref!r}: building it failed: {_why(e)}") from e
+        bug = WorldBug(cls, "__init__", e)
+        raise ValueError(f"world {ref!r}: building it failed: {bug.error} at {bug.where}") from e
+    try:
+        check_built(world)
+    except ValueError as e:
+        with contextlib.suppress(Exception):  # the problem worth naming is the first
+            world.close()
+        raise ValueError(f"world {ref!r}: {e}") from None
+    return world
 
 
 def is_builtin(ref: str) -> bool:
@@ -116,18 +129,15 @@ def check_runnable(cfg: EpisodeConfig) -> None:
                 "other half is the run's)"
             ) from None
         try:
-            for what, call in (
-                ("tool_specs()", world.tool_specs),
-                ("score()", world.score),
-                ("observe(0)", lambda w=world: w.observe(0)),
+            for method, call in (
+                ("tool_specs", world.tool_specs),
+                ("score", lambda w=world: checked_score(w)),
+                ("observe", lambda w=world: checked_observation(w, 0)),
             ):
                 try:
                     call()
                 except Exception as e:
-                    raise ValueError(f"world {cfg.world!r}: {what} failed: {_why(e)}") from e
+                    bug = WorldBug(world, method, e, fn=getattr(world, method))
+                    raise ValueError(f"world {cfg.world!r}: {bug.line()}") from e
         finally:
             world.close()
-
-
-def _why(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

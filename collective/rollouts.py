@@ -21,7 +21,7 @@ import trio
 
 from collective.conductor import Conductor
 from collective.config import TrainConfig, time_limit_at
-from collective.records import Episode, EpisodeConfig
+from collective.records import Episode, EpisodeConfig, world_error
 from collective.rundir import RunDir
 from collective.seeding import derive
 from policy.base import Policy, PolicyRequest, PolicyResponse
@@ -184,6 +184,12 @@ class Rollouts:
         raise NotImplementedError
 
     async def finished(self, group: int, member: int, ep: Episode) -> None:
+        if ep.end == "world_error":  # kept for the author, never learned from: the run stops
+            failed = self.run.save_failed(group, member, ep)
+            raise ValueError(
+                f"{world_error(ep)}; the episode is kept in {failed}; once the world is fixed, "
+                f"`collective train --resume {self.run.path}`"
+            )
         self.run.save_episode(group, member, ep)  # kept before anyone uses it
         await self._send.send((group, member, ep))
 
@@ -238,14 +244,23 @@ class LocalRollouts(Rollouts):
             g, i = self.schedule.issued.pop(ep.config.sample_seed)
             await self.finished(g, i, ep)
 
+        stopped: list[Exception] = []
+
         async def play() -> None:
-            async with self._send:
+            try:
                 await conductor.play(self.schedule, concurrency=self.cfg.concurrency, emit=emit)
+            except Exception as e:
+                # Cancel the training loop rather than fail beside it, so that the error is the
+                # run's only one.
+                stopped.append(e)
+                nursery.cancel_scope.cancel()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(play)
             yield self
             nursery.cancel_scope.cancel()
+        if stopped:
+            raise stopped[0]
 
     async def publish(self, version: int, weights: Any) -> None:
         await self.backend.publish(self.model, version, weights)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,11 @@ class RunDir:
         self.episodes = self.path / "episodes"
         self.checkpoints = self.path / "checkpoints"
         self.state_path = self.checkpoints / "train-state.pt"
+        # The outermost folder this run makes: removed again if the run fails before it has
+        # kept anything (a failed start leaves nothing behind).
+        self.made = next(
+            (p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None
+        )
 
     def check(self, resume: bool) -> None:
         """A new run needs an empty (or absent) writable folder; a resumed one its config."""
@@ -193,6 +199,26 @@ class RunDir:
 
     def save_episode(self, group: int, member: int, ep: Episode) -> None:
         save_episode(ep, self.episodes / episode_name(group, member))
+
+    def save_failed(self, group: int, member: int, ep: Episode) -> Path:
+        """An episode a world error ended: kept for the world's author, never learned from."""
+        failed = self.path / "failed" / episode_name(group, member)
+        failed.parent.mkdir(exist_ok=True)
+        save_episode(ep, failed)
+        return failed
+
+    def remove_if_unstarted(self) -> None:
+        """A new run that failed before it kept anything (no step, no episode: a policy that
+        cannot answer, a learner that fails on its first step) is removed, folders it made
+        included, so that ``--out`` can be given again. Anything kept (an episode, a failed
+        episode) stays: the run is resumable."""
+        if any(self.path.glob("*/*.msgpack")):
+            return
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
+        else:  # the folder was there, empty (checked before the run): empty it again
+            for p in self.path.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
 
     @trio.lowlevel.enable_ki_protection
     def commit(

@@ -13,7 +13,9 @@ Every delivered message gets exactly one arrow: into the think that read it, or 
 where it was lost (evicted from a full mailbox, or still unread when its reader was fired or the
 episode ended). A message dropped before delivery has no receiver: it is a mark on the sender's
 track. A post's arrow goes to its channel (broadcast is a subscription: who later read it is not
-in the record, and drawing one arrow per subscriber would be quadratic).
+in the record, and drawing one arrow per subscriber would be quadratic). The world's own events,
+its posts and a world error are on a ``world`` track and the channel's, with no arrows (``by``
+is ``"world"``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from collective.records import (
     Dropped,
     Ended,
     Episode,
+    Failed,
     Fired,
+    Happened,
     Hired,
     Posted,
     Rejected,
@@ -270,6 +274,14 @@ def activity(ep: Episode, events: Iterable[AnyEvent] | None = None) -> Iterator[
                     "dropped",
                     {"message": e.msg, "to": e.to, "text": s.text, "reason": e.reason},
                 )
+        elif isinstance(e, Posted) and e.agent < 0:  # the world's post: no agent sent it
+            args = {"by": "world", "message": e.msg, "text": e.text}
+            yield Board(f"#{e.channel}", e.t, "post", args)
+        elif isinstance(e, Happened):
+            yield Board("world", e.t, e.call, {"by": "world", "group": e.group})
+        elif isinstance(e, Failed):
+            args = {"by": "world", "method": e.method, "error": e.error, "where": e.where}
+            yield Board("world", e.t, "world error", args)
         elif isinstance(e, Posted):
             arrows += 1
             channel = f"#{e.channel}"

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import trio
 
+from collective.conductor import lone_error
 from collective.config import TrainConfig, dump_config, load_config, time_limit_at
 from collective.learner import Learner, Sample, clipped_pg_loss
 from collective.loggers import check_logger, open_logger
@@ -326,6 +327,8 @@ def train(
         )
     except BaseException:
         rollouts.close()
+        if not resume:
+            run.remove_if_unstarted()
         raise
     bar = tqdm(
         total=cfg.steps,
@@ -399,11 +402,16 @@ def train(
         trio.run(loop)
     except BaseException as e:
         bar.leave = False  # a run that stops early clears its bar rather than leave it half drawn
-        if not _is_interrupt(e):
-            raise
-        raise Interrupted(
-            f"interrupted at step {state.step}; resume with `collective train --resume {run.path}`"
-        ) from None
+        if _is_interrupt(e):
+            raise Interrupted(
+                f"interrupted at step {state.step}; resume with `collective train --resume "
+                f"{run.path}`"
+            ) from None
+        if not resume and state.step == 0:
+            run.remove_if_unstarted()
+        if isinstance(e, BaseExceptionGroup) and (lone := lone_error(e)) is not e:
+            raise lone from None  # one error (a world's, the grammar's): as itself, in one line
+        raise
     finally:
         bar.close()
         rollouts.close()

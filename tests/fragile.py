@@ -1,7 +1,9 @@
-"""Worlds for tests: tools that misbehave on purpose, and one that awaits mid-commit."""
+"""Worlds for tests: tools that misbehave on purpose, one that awaits mid-commit, one with a bug
+in a method of choice, one that rings world events, and worlds `collective check` must fault."""
 
 from __future__ import annotations
 
+import random
 from typing import Annotated
 
 import trio
@@ -61,3 +63,175 @@ class Bumps(World):
 
     def score(self) -> float:
         return min(1.0, self.count / 100)
+
+
+class Faulty(World):
+    """One bug, chosen by ``bug``, in the method it names: it misbehaves once ``count`` reaches
+    2 (``metrics`` and ``close`` at the end; ``event`` at t = 5). Each bug's line is marked
+    ``# bug: NAME`` so a test can check that the error names it."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0, bug: str = "tool") -> None:
+        super().__init__(n_agents, seed)
+        self.bug = bug
+        self.count = 0
+        if bug == "event":
+            self.at(5.0, self.boom, 7)
+
+    @tool(duration=lambda w, agent, n: w.seconds(n))  # bug: duration (the function that said -10)
+    def add(self, agent: int, n: Annotated[int, Range(1, 2)]) -> str:
+        self.count += n
+        if self.bug == "tool" and self.count >= 2:
+            raise KeyError("no such thing")  # bug: tool
+        if self.bug == "schedule" and self.count >= 2:
+            self.at(self.now + 1, self.boom, self)  # bug: schedule
+        return f"count {self.count}"
+
+    def seconds(self, n: int) -> float:
+        if self.bug == "duration" and self.count >= 2:
+            return -5.0 * n
+        return 2.0
+
+    def boom(self, n: object) -> None:
+        raise RuntimeError(f"boom {n}")  # bug: event
+
+    def observe(self, agent: int) -> str:
+        if self.bug == "observe" and self.count >= 2:
+            raise IndexError("nothing to see")  # bug: observe
+        if self.bug == "observe-int" and self.count >= 2:
+            return 42  # type: ignore[return-value]
+        if self.bug == "observe-at" and self.count >= 2:
+            self.after(1.0, self.boom, 1)  # bug: observe-at
+        return f"count {self.count}"
+
+    def score(self) -> float:
+        if self.bug == "score" and self.count >= 2:
+            return 1.5
+        return min(1.0, self.count / 100)
+
+    def done(self) -> bool:
+        if self.bug == "done" and self.count >= 2:
+            raise ZeroDivisionError("done? who knows")  # bug: done
+        return False
+
+    def heard(self, sender: int, to: int | None, text: str) -> None:
+        if self.bug == "heard":
+            raise UnicodeError("cannot hear that")  # bug: heard
+
+    def join(self, agent: int) -> None:
+        if self.bug == "join":
+            raise LookupError("no desk for the new hire")  # bug: join
+
+    def leave(self, agent: int) -> None:
+        if self.bug == "leave":
+            raise LookupError("nobody to see them out")  # bug: leave
+
+    def metrics(self) -> dict[str, float]:
+        if self.bug == "metrics":
+            raise AttributeError("no counters")  # bug: metrics
+        return {"count": self.count}
+
+    def close(self) -> None:
+        if self.bug == "close":
+            raise OSError("cannot remove what it made")  # bug: close
+
+
+class Chimes(World):
+    """Chimes at the times given (world events), each posting on the channel and raising the
+    score by one step; ``done`` once every chime has rung. ``ring`` is a tool agents may call
+    to schedule one more chime ``delay`` seconds later."""
+
+    monotone = True
+
+    def __init__(
+        self, n_agents: int = 1, seed: int = 0, times: tuple[float, ...] = (10.0, 20.0, 20.0)
+    ) -> None:
+        super().__init__(n_agents, seed)
+        self.rung: list[tuple[float, int]] = []
+        self.total = len(times)
+        for i, t in enumerate(times):
+            self.at(t, self.chime, i)
+
+    def chime(self, i: int) -> str:
+        self.rung.append((self.now, i))
+        self.post(f"chime {i}")
+        return f"chime {i}"
+
+    @tool(duration=1.0)
+    def ring(self, agent: int, delay: Annotated[int, Range(0, 5)]) -> str:
+        """schedule one more chime"""
+        self.total += 1
+        self.after(delay, self.chime, 100 + agent)
+        return f"a chime in {delay} s"
+
+    @tool(duration=5.0)
+    def look(self, agent: int) -> str:
+        """see how many chimes have rung"""
+        return f"{len(self.rung)} rung"
+
+    def observe(self, agent: int) -> str:
+        return f"{len(self.rung)} of {self.total} rung"
+
+    def score(self) -> float:
+        return len(self.rung) / max(1, self.total)
+
+    def done(self) -> bool:
+        return self.total > 0 and len(self.rung) == self.total
+
+
+class Stuck(World):
+    """Nothing an agent does changes the score: nothing to learn."""
+
+    @tool(duration=1.0)
+    def push(self, agent: int) -> str:
+        return "nothing moves"
+
+    def observe(self, agent: int) -> str:
+        return "a wall"
+
+    def score(self) -> float:
+        return 0.0
+
+
+class Unseeded(World):
+    """Draws from the global random stream, not ``self.rng``: not reproducible."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        super().__init__(n_agents, seed)
+        self.count = 0
+
+    @tool(duration=1.0)
+    def roll(self, agent: int) -> str:
+        self.count += random.randint(1, 3)
+        return f"count {self.count}"
+
+    def observe(self, agent: int) -> str:
+        return f"count {self.count}"
+
+    def score(self) -> float:
+        return min(1.0, self.count / 50)
+
+
+class Liar(World):
+    """Declares ``monotone`` but its score falls."""
+
+    monotone = True
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        super().__init__(n_agents, seed)
+        self.count = 0
+
+    @tool(duration=1.0)
+    def up(self, agent: int) -> str:
+        self.count = min(10, self.count + 1)
+        return "up"
+
+    @tool(duration=1.0)
+    def down(self, agent: int) -> str:
+        self.count = max(0, self.count - 1)
+        return "down"
+
+    def observe(self, agent: int) -> str:
+        return f"count {self.count}"
+
+    def score(self) -> float:
+        return self.count / 10

@@ -60,6 +60,46 @@ class Counter(World):
         return self.count / 20
 
 
+class Hider(Counter):
+    """An attribute named like a tool hides it (every call would fail)."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        super().__init__(n_agents, seed)
+        self.add = [1, 2]  # type: ignore[assignment,method-assign]
+
+
+class NoSuper(World):
+    """Forgot ``super().__init__``."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        self.count = 0
+
+    def observe(self, agent: int) -> str:
+        return "nothing"
+
+    def score(self) -> float:
+        return 0.0
+
+
+class Blind(World):
+    """Forgot ``observe``."""
+
+    def score(self) -> float:
+        return 0.0
+
+
+class DurationTypo(Counter):
+    @tool(duration="sconds")
+    def wait_a_bit(self, agent: int) -> str:
+        return "waited"
+
+
+class DomainTypo(Counter):
+    @tool(duration=1.0)
+    def take(self, agent: int, n: Annotated[int, Range(0, "mx")]) -> str:
+        return "taken"
+
+
 class Flood:
     """A policy whose every answer is ``chars`` characters in ``tokens`` tokens: a broken or
     hostile server. The text starts with a valid action, so only the bound can refuse it."""

@@ -34,6 +34,9 @@ from policy.uniform import RandomPolicy
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 HOSTILE = HERE / "hostile.py"
+FRAGILE = HERE / "fragile.py"
+FAULTY = f"{FRAGILE}:Faulty"
+QUICK_CHECK = ["--agents", "2", "--seeds", "1", "--rollouts", "2", "--time-limit", "60"]
 CLI = [sys.executable, "-m", "collective.cli"]
 
 SMALL_TOML = """
@@ -67,9 +70,9 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("world file missing", ["run", "{tmp}/nowhere.py:W"], 2, "no file"),
     ("no such class", ["run", f"{HOSTILE}:Nothing"], 2, "no World subclass named 'Nothing'"),
     ("module missing", ["run", "no_such_module_xyz:W"], 2, "cannot import module"),
-    ("world without score()", ["run", f"{HOSTILE}:Scoreless"], 2, "score() failed"),
+    ("world without score()", ["run", f"{HOSTILE}:Scoreless"], 2, "defines no score() -> float"),
     ("world constructor raises", ["run", f"{HOSTILE}:Exploding"], 2, "the constructor blew up"),
-    ("unknown parameter", ["run", "workshop", "--param", "nosuch=1"], 2, "rejected parameters"),
+    ("unknown parameter", ["run", "workshop", "--param", "nosuch=1"], 2, "no parameter 'nosuch'"),
     ("bad parameter value", ["run", "relay", "--param", "size=0"], 2, "size must be >= 1"),
     ("unknown organisation", ["run", "tally", "--org", "nope"], 2, "unknown organisation"),
     ("organisation option", ["run", "tally", "--org", "flat:3"], 2, "takes no option"),
@@ -79,6 +82,37 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("checkpoint garbage", ["run", "tally", "--policy", "tiny:{garbage}"], 2, "not a readable"),
     ("bad clock", ["run", "tally", "--clock", "sundial"], 2, "invalid choice"),
     ("agents not a number", ["run", "tally", "--agents", "10**12"], 2, "invalid int value"),
+    # -- run: a world's definition, checked before the first event ------------------------------
+    ("tool named msg", ["run", "{prim}:Prim"], 2, "Prim.msg: a tool may not be named like the"),
+    ("negative duration", ["run", "{negdur}:Slow"], 2, "Slow.go: duration must be a finite number"),
+    ("self.add hides add", ["run", f"{HOSTILE}:Hider"], 2, "self.add (list) hides the tool 'add'"),
+    ("no super().__init__", ["run", f"{HOSTILE}:NoSuper"], 2, "does not call super().__init__"),
+    ("world without observe", ["run", f"{HOSTILE}:Blind"], 2, "defines no observe(agent) -> str"),
+    ("duration typo", ["run", f"{HOSTILE}:DurationTypo"], 2, "duration names attribute 'sconds'"),
+    ("domain typo", ["run", f"{HOSTILE}:DomainTypo"], 2, "the domain of 'n' names attribute 'mx'"),
+    ("param not an int", ["run", "tally", "--param", "target=abc"], 2, "Expected `int`, got `str`"),
+    ("param set by engine", ["run", "tally", "--param", "seed=3"], 2, "set by the engine"),
+    # -- run: a world's bug, found running: the episode stops, says where, is kept -------------
+    (
+        "world bug in a tool",
+        ["run", f"{FAULTY}", "--param", "bug=tool", "--out", "{tmp}/bug.msgpack"],
+        2,
+        "Faulty.add (tool, agent 0) raised KeyError: 'no such thing' at fragile.py:",
+    ),
+    ("score of 1.5", ["run", f"{FAULTY}", "--param", "bug=score"], 2, "score() returned 1.5"),
+    ("observe says 42", ["run", f"{FAULTY}", "--param", "bug=observe-int"], 2, "returned int 42"),
+    # -- check ---------------------------------------------------------------------------------
+    ("check nothing", ["check", "atlantis"], 2, "unknown world 'atlantis'"),
+    ("check one rollout", ["check", "tally", "--rollouts", "1"], 2, "--rollouts >= 2"),
+    ("check a bad param", ["check", "tally", "--param", "target=x"], 2, "Expected `int`"),
+    (
+        "check a world bug",
+        ["check", f"{FAULTY}", "--param", "bug=tool", *QUICK_CHECK],
+        1,
+        "FAIL  2 of 2 episodes ended world_error; the first: world",
+    ),
+    ("check unseeded", ["check", f"{FRAGILE}:Unseeded", *QUICK_CHECK], 1, "FAIL  the same seed"),
+    ("check a liar", ["check", f"{FRAGILE}:Liar", *QUICK_CHECK], 1, "monotone = True, but"),
     # -- run: numbers --------------------------------------------------------------------------
     ("seed over 2^64-1", ["run", "tally", "--seed", BIG], 2, "world_seed must be in 0..2**64-1"),
     ("negative seed", ["run", "tally", "--seed", "-1"], 2, "world_seed must be in"),
@@ -112,6 +146,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("episode format 1", ["replay", "{format1}"], 2, "format 1"),
     ("unknown field, sealed", ["replay", "{unknown}"], 2, "unknown field"),
     ("show a broken file", ["show", "{flipped}"], 2, "does not match its digest"),
+    ("no prompts to show", ["show", "{unprompted}", "--observations"], 2, "keep_prompts = false"),
     ("trace a broken file", ["trace", "{flipped}"], 2, "does not match its digest"),
     ("trace out is a device", ["trace", "{episode}", "--out", "/dev/full"], 2, "is a device"),
     ("show --png a device", ["show", "{episode}", "--png", "/dev/full"], 2, "is a device"),
@@ -152,7 +187,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "train: scoreless",
         [*TRAIN, "--set", f"world={HOSTILE}:Scoreless", "--set", "params={{}}"],
         2,
-        "score() failed",
+        "defines no score()",
     ),
     ("train: init garbage", [*TRAIN, "--set", "init={garbage}"], 2, "not a readable"),
     ("train: init missing", [*TRAIN, "--set", "init={tmp}/none.pt"], 2, "no such checkpoint"),
@@ -186,6 +221,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "expected '' (a local Ray), 'auto'",
     ),
+    # -- train: fails once running, before it has kept anything: one line, nothing left ----
+    ("train: no room to act", [*TRAIN, "--set", "max_output_tokens=3"], 2, "cannot fit the"),
     # -- train: the run directory --------------------------------------------------------------
     ("train: no --out", ["train", "{small}"], 2, "--out RUN_DIR"),
     ("run dir is a device", ["train", "{small}", "--out", "/dev/full"], 2, "a device, not a"),
@@ -222,6 +259,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     p["small"] = tmp / "small.toml"
     p["small"].write_text(SMALL_TOML)
     p["newrun"] = tmp / "newrun"
+    # Worlds whose class cannot even be defined: each in a file of its own.
+    head = "from collective.world import World, tool\n\nclass {}(World):\n    @tool({})\n"
+    p["prim"] = tmp / "prim.py"
+    p["prim"].write_text(head.format("Prim", "") + "    def msg(self, agent): return ''\n")
+    p["negdur"] = tmp / "negdur.py"
+    p["negdur"].write_text(head.format("Slow", "duration=-5.0") + "    def go(self, agent): ...\n")
 
     ep = run_episode(
         EpisodeConfig(world="workshop", agents=3, time_limit=120, tokenizer="bytes"),
@@ -265,6 +308,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     for name, blob in files.items():
         p[name] = tmp / f"{name}.msgpack"
         p[name].write_bytes(blob)
+
+    p["unprompted"] = tmp / "unprompted.msgpack"
+    quiet = EpisodeConfig(world="tally", agents=2, time_limit=30, keep_prompts=False)
+    save_episode(run_episode(quiet, RandomPolicy()), p["unprompted"])
 
     # An episode of a world given by file path.
     p["foreign"] = tmp / "foreign.msgpack"

@@ -23,6 +23,7 @@ from collective.records import (
     Spawned,
     Woke,
     encode_episode,
+    world_error,
 )
 from collective.replay import verify
 from policy.base import PolicyRequest
@@ -216,16 +217,18 @@ def test_archive_outlives_messages() -> None:
     assert found and "note 0 by 0: key for m3 is blue" in found[0].result
 
 
-def test_a_raising_tool_is_an_error_result_not_a_crash() -> None:
-    ep = run(by_turn("crash", 'refuse "no"', "step 2"), world=FRAGILE, agents=2, time_limit=50)
+def test_a_refusal_is_an_error_result_and_a_raising_tool_is_a_world_error() -> None:
+    ep = run(by_turn('refuse "no"', "step 2", "crash"), world=FRAGILE, agents=2, time_limit=50)
     results = [e for e in ep.events if isinstance(e, Committed)]
-    crash = [e for e in results if e.tool == "crash"]
-    assert crash and not crash[0].ok
-    assert "Fragile.crash failed: RuntimeError: the world has a bug" in crash[0].result
     refused = [e for e in results if e.tool == "refuse"]
-    assert refused and refused[0].result == "error: refused: no"
-    assert any(e.tool == "step" and e.ok for e in results), "the episode went on"
-    assert ep.stats.tool_errors == 4
+    assert len(refused) == 2 and refused[0].result == "error: refused: no" and not refused[0].ok
+    assert sum(e.tool == "step" and e.ok for e in results) == 2, "a refusal: the episode goes on"
+    assert ep.stats.tool_errors == 2
+    # Anything else a tool raises is a bug in the world: the episode stops there.
+    assert ep.end == "world_error" and not any(e.tool == "crash" for e in results)
+    assert "Fragile.crash (tool, agent 0) raised RuntimeError: the world has a bug" in (
+        world_error(ep)
+    )
 
 
 @pytest.mark.parametrize(
@@ -265,7 +268,9 @@ def test_bad_config_values_are_named() -> None:
         run_episode(EpisodeConfig(world="atlantis"), RandomPolicy())
     with pytest.raises(ValueError, match="unknown organisation 'anarchy'"):
         run_episode(EpisodeConfig(org="anarchy"), RandomPolicy())
-    with pytest.raises(ValueError, match=r"world 'tally' rejected parameters \['colour'\]"):
+    with pytest.raises(
+        ValueError, match=r"world 'tally' has no parameter 'colour'; it takes: target"
+    ):
         run_episode(EpisodeConfig(params={"colour": 1}), RandomPolicy())
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import by_turn, run
 from hypothesis import given, settings
@@ -208,6 +209,51 @@ def test_collective_run_with_each_organisation(
     ep = load_episode(out)
     assert ep.config.org == org and ep.config.budget == budget
     assert main(["replay", str(out)]) == 0
+
+
+# -- an organisation that would play as flat says so -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("org", "budget", "notice"),
+    [
+        ("ceo", 0, "--org ceo without --budget plays as flat does"),
+        ("orchestrator", 0, "--org orchestrator with one policy for both roles and no --budget"),
+        ("islands:1", 0, "islands:1 is one group"),
+        ("ceo", 2, ""),
+        ("orchestrator", 1, ""),
+        ("islands", 0, ""),
+        ("flat", 0, ""),
+    ],
+)
+def test_an_organisation_that_plays_as_flat_says_so_and_does(
+    org: str, budget: int, notice: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from collective.cli import main
+
+    argv = ["run", "workshop", "--agents", "3", "--time-limit", "60", "--org", org]
+    assert main([*argv, "--budget", str(budget)]) == 0
+    err = capsys.readouterr().err
+    if not notice:
+        assert err == ""
+        return
+    assert err.count("\n") == 1 and err.startswith("collective run: note: ") and notice in err
+    if org.startswith("islands"):
+        return  # (its channel's name is another word, so a policy's words differ too)
+    # And it is true: the same episode as flat, event for event, but for role names.
+    cfg = EpisodeConfig(world="workshop", agents=3, time_limit=60, world_seed=4, sample_seed=5)
+    flat = run_episode(cfg, RandomPolicy())
+    other = run_episode(msgspec.structs.replace(cfg, org=org), RandomPolicy())
+
+    def plain(events: list) -> list:
+        out = []
+        for e in events:
+            if isinstance(e, Spawned):
+                e = msgspec.structs.replace(e, role="worker")
+            out.append(e)
+        return out
+
+    assert plain(other.events) == plain(flat.events) and other.score == flat.score
 
 
 def test_by_turn_helper_still_applies() -> None:

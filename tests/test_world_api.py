@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from collective import ActionError, ActionSpace, ArgSpec, ToolSpec, World, parse_action
 from collective.actions import format_action
-from collective.world import OneOf, Range, Text, tool
+from collective.world import OneOf, Range, Text, check_built, convert_params, tool
 from worlds.tally import Tally
 
 
@@ -122,3 +123,125 @@ def test_invalid_actions_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ActionError) as e:
         parse_action(text, SPACE)
     assert message in str(e.value)
+
+
+# -- everything checkable, checked when the class is defined or built ------------------------
+
+
+def _define(body: str) -> type[World]:
+    """Define a World subclass from the text of its body (tools and methods)."""
+    namespace: dict[str, object] = {
+        "World": World,
+        "tool": tool,
+        "Range": Range,
+        "Annotated": Annotated,
+    }
+    exec("class W(World):\n" + body, namespace)
+    return namespace["W"]  # type: ignore[return-value]
+
+
+SCORED = (
+    "    def observe(self, agent):\n        return ''\n    def score(self):\n        return 0.0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("    @tool()\n    def msg(self, agent): return ''\n", "named like the engine's primitive"),
+        ("    @tool()\n    def wait(self, agent): return ''\n", "primitive 'wait'"),
+        ("    @tool()\n    def done(self, agent): return ''\n", "named like World.done"),
+        ("    @tool()\n    def after(self, agent): return ''\n", "named like World.after"),
+        ("    @tool()\n    def seed(self, agent): return ''\n", "named like World.seed"),
+        ("    @tool(duration=-5.0)\n    def go(self, agent): return ''\n", "finite number >= 0"),
+        ("    @tool(duration=float('nan'))\n    def go(self, agent): return ''\n", ">= 0, got nan"),
+        ("    @tool(duration=[1])\n    def go(self, agent): return ''\n", "got [1]"),
+        ("    @tool(duration='no such')\n    def go(self, agent): return ''\n", "not an attribute"),
+        (
+            "    @tool(duration=lambda w: 1.0)\n    def go(self, agent): return ''\n",
+            "cannot be called as f(world, agent)",
+        ),
+        (
+            "    @tool(duration=lambda w, agent: 1.0)\n"
+            "    def go(self, agent, n: Annotated[int, Range(0, 1)]): return ''\n",
+            "f(world, agent, n=...)",
+        ),
+    ],
+)
+def test_a_bad_tool_is_refused_when_its_class_is_defined(body: str, message: str) -> None:
+    with pytest.raises(TypeError, match=re.escape(message)):
+        _define(body + SCORED)
+
+
+def test_an_attribute_that_hides_a_tool_is_refused() -> None:
+    base = _define("    @tool()\n    def claim(self, agent): return ''\n" + SCORED)
+    with pytest.raises(TypeError, match=r"W2.claim: a class attribute \(list\) hides the tool"):
+        type("W2", (base,), {"claim": []})
+    hider = _define(
+        "    def __init__(self, n_agents=1, seed=0):\n"
+        "        super().__init__(n_agents, seed)\n"
+        "        self.claim = []\n"
+        "    @tool()\n    def claim(self, agent): return ''\n" + SCORED
+    )
+    with pytest.raises(ValueError, match=r"self\.claim \(list\) hides the tool 'claim'"):
+        check_built(hider())
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "    def __init__(self, n_agents=1, seed=0):\n        self.n = 1\n" + SCORED,
+            "W.__init__ does not call super().__init__(n_agents, seed)",
+        ),
+        ("    def score(self):\n        return 0.0\n", "W defines no observe(agent) -> str"),
+        ("    def observe(self, agent):\n        return ''\n", "W defines no score() -> float"),
+        (
+            "    @tool(duration='nosuch')\n    def go(self, agent): return ''\n" + SCORED,
+            "W.go: duration names attribute 'nosuch', which the world does not have",
+        ),
+        (
+            "    slow = 'very'\n    @tool(duration='slow')\n    def go(self, agent): return ''\n"
+            + SCORED,
+            "W.go: duration names 'slow', which is 'very', not a number of seconds",
+        ),
+        (
+            "    @tool()\n    def go(self, agent, n: Annotated[int, Range(0, 'top')]): return ''\n"
+            + SCORED,
+            "W.go: the domain of 'n' names attribute 'top', which the world does not have",
+        ),
+        (
+            "    top = -1\n"
+            "    @tool()\n    def go(self, agent, n: Annotated[int, Range(0, 'top')]): return ''\n"
+            + SCORED,
+            "empty range 0..-1",
+        ),
+    ],
+)
+def test_what_only_a_built_world_shows_is_refused_before_its_episode(
+    body: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_built(_define(body)())
+
+
+def test_parameters_are_converted_to_the_constructors_annotations() -> None:
+    from worlds.relay import Relay
+
+    got = convert_params(Relay, {"size": "3", "submit_seconds": 2, "view": 2.0}, "relay")
+    assert got == {"size": 3, "submit_seconds": 2.0, "view": 2}
+    assert type(got["submit_seconds"]) is float and type(got["size"]) is int
+    with pytest.raises(ValueError, match=r"parameter size='abc': Expected `int`, got `str`"):
+        convert_params(Relay, {"size": "abc"}, "relay")
+    with pytest.raises(ValueError, match=r"parameter view=2.5: Expected `int`, got `float`"):
+        convert_params(Relay, {"view": 2.5}, "relay")
+    with pytest.raises(ValueError, match=r"has no parameter 'sise'; it takes: size, view"):
+        convert_params(Relay, {"sise": 3}, "relay")
+    with pytest.raises(ValueError, match=r"seed is set by the engine"):
+        convert_params(Relay, {"seed": 3}, "relay")
+    # An unannotated parameter takes the value as given.
+    loose = _define(
+        "    def __init__(self, n_agents=1, seed=0, mode=None):\n"
+        "        super().__init__(n_agents, seed)\n" + SCORED
+    )
+    assert convert_params(loose, {"mode": [1, "x"]}, "w") == {"mode": [1, "x"]}

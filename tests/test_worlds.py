@@ -41,6 +41,7 @@ WORLDS: dict[str, dict[str, Any]] = {
     "relay": {},
     "market": {},
     "repo": {"wall_seconds": 5.0, "cpu_seconds": 2, **REPO},
+    "wildfire": {"horizon": 10.0},  # fires from the first seconds, even in short episodes
     GARDEN: {},
 }
 
@@ -65,7 +66,7 @@ def _tiny() -> Any:
 
 
 def test_every_builtin_is_registered_and_loads() -> None:
-    assert set(BUILTIN) >= {"tally", "workshop", "relay", "market", "repo"}
+    assert set(BUILTIN) >= {"tally", "workshop", "relay", "market", "repo", "wildfire"}
     for name in BUILTIN:
         assert issubclass(resolve_world(name), World)
 
@@ -179,6 +180,11 @@ BAD_ARGS: dict[str, tuple[dict[str, Any], list[str], list[tuple[str, str]]]] = {
             ("reject", "write: path must be one of ['roman/__init__.py', 'roman/convert.py']"),
             ("fail", "ZeroDivisionError: division by zero"),
         ],
+    ),
+    "wildfire": (
+        {"horizon": 0.0, "patches": 3},  # every patch catches fire at t = 0
+        ["douse 99", "douse 0", "douse 0"],
+        [("reject", "douse: patch must be in 0..2, got 99"), ("fail", "p0 is not burning")],
     ),
     GARDEN: (
         {},
@@ -520,3 +526,20 @@ def test_the_guide_example_is_short_runs_and_replays(tmp_path: Path) -> None:
     guide = (ROOT / "docs" / "writing-a-world.md").read_text()
     assert "collective run examples/garden.py:Garden" in guide
     assert "collective train configs/quick.toml --set world=examples/garden.py:Garden" in guide
+
+
+def test_the_guides_second_part_shows_real_code_and_real_output(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from collective.cli import main
+
+    guide = (ROOT / "docs" / "writing-a-world.md").read_text()
+    blocks = re.findall(r"```(?:python)?\n(.*?)```", guide.split("# Part two")[1], re.S)
+    events, _, check = blocks
+    assert events in (ROOT / "worlds" / "wildfire.py").read_text(), "quoted as it is"
+    command, *printed = check.splitlines()
+    argv = command.removeprefix("$ collective ").split()
+    assert main([argv[0], GARDEN, *argv[2:]]) == 0
+    assert capsys.readouterr().out.replace(GARDEN, "examples/garden.py:Garden").splitlines() == (
+        printed
+    )

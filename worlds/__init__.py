@@ -6,4 +6,5 @@ BUILTIN: dict[str, str] = {
     "relay": "worlds.relay:Relay",
     "market": "worlds.market:Market",
     "repo": "worlds.repo:Repo",
+    "wildfire": "worlds.wildfire:Wildfire",
 }
