@@ -207,6 +207,20 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("model too big", [*TRAIN, "--set", "model.d_model=1000000"], 2, "needs more memory"),
     ("bad model shape", [*TRAIN, "--set", "model.n_heads=3"], 2, "not divisible"),
     ("hf without a model", [*TRAIN, "--set", 'backend="hf"'], 2, "needs hf_model"),
+    ("unknown cluster", [*TRAIN, "--set", "cluster.backend=slurm"], 2, "Invalid enum value"),
+    ("no workers", [*TRAIN, "--set", "cluster.rollout_workers=0"], 2, "rollout_workers must be"),
+    (
+        "Ray not there",
+        [*TRAIN, "--set", "cluster.backend=ray", "--set", "cluster.address=127.0.0.1:1"],
+        2,
+        "no Ray answers there",
+    ),
+    (
+        "Ray address garbled",
+        [*TRAIN, "--set", "cluster.backend=ray", "--set", "cluster.address=nohostport"],
+        2,
+        "expected '' (a local Ray), 'auto'",
+    ),
     # -- train: fails once running, before it has kept anything: one line, nothing left ----
     ("train: no room to act", [*TRAIN, "--set", "max_output_tokens=3"], 2, "cannot fit the"),
     # -- train: the run directory --------------------------------------------------------------
