@@ -18,10 +18,15 @@ Three parts, each printing its figures and saving JSON and PNG plots:
   server's do.
 * ``--million``: 1,000,000 resident agents in one process with sparse activity: memory per
   agent, events and agent-turns per second.
+* ``--records`` (issue 14): what an episode's record costs, the engine at a git ref (``main``
+  by default: the format before) beside the working tree's, in one run: ``collective run
+  --out``, ``replay`` and ``trace`` of the same episode (random policy, workshop), each in a
+  fresh process, for its file's size, bytes per turn, wall time and peak resident memory.
 
     PYTHONPATH=$PWD python bench/engine.py            # sweep + comparison, ~10 minutes
     PYTHONPATH=$PWD python bench/engine.py --quick    # a small version, ~7 seconds
     PYTHONPATH=$PWD python bench/engine.py --million  # several minutes, ~6 GB
+    PYTHONPATH=$PWD python bench/engine.py --records  # ~20 minutes, ~7 GB
 
 Timings are wall-clock, as the issue asks, on a machine other jobs may share: each JSON also
 records CPU seconds and the load average around the run.
@@ -39,6 +44,7 @@ import platform
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from bisect import bisect_right
 from collections import Counter
@@ -539,6 +545,116 @@ def million(agents: int, activity: float, limit: float, show: bool) -> dict[str,
 # -- plots -------------------------------------------------------------------------------------
 
 
+def code_at(ref: str, into: Path) -> Path:
+    """The engine (``collective``, ``policy``, ``worlds``) as it is at git ``ref``."""
+    archive = subprocess.run(
+        ["git", "archive", ref, "collective", "policy", "worlds"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def measured(args: list[str], code: Path) -> dict[str, Any]:
+    """Run ``python -m collective.cli ARGS`` on the engine in ``code``, in a fresh process:
+    its wall time, peak resident set (the child's own, from wait4) and JSON answer. Its output
+    goes to files, not pipes: a pipe nobody reads while we wait would stop it."""
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collective.cli", *args],
+            cwd=code,
+            env={**os.environ, "PYTHONPATH": str(code)},
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        stdout.seek(0)
+        stderr.seek(0)
+        out, err = stdout.read(), stderr.read()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{err[-2000:]}")
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    return {
+        "wall_s": round(wall, 2),
+        "peak_rss_bytes": usage.ru_maxrss * 1024,
+        "exit": proc.returncode,
+        "answer": json.loads(lines[-1]) if lines else out[-300:],
+    }
+
+
+def records(sizes: list[tuple[int, float]], ref: str, show: bool) -> list[dict[str, Any]]:
+    """Each size's episode written, replayed and traced by the engine at ``ref`` and by this
+    one, the same episode (same seed, same random policy) on both."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        engines = {"before": code_at(ref, Path(tmp) / "before"), "after": ROOT}
+        steps = [(n, limit, which) for n, limit in sizes for which in engines]
+        for n, limit, which in tqdm(steps, desc="records", disable=not show):
+            code = engines[which]
+            ep = Path(tmp) / f"{which}-{n}.msgpack"
+            run = ["run", "workshop", "--agents", str(n), "--time-limit", str(limit)]
+            row: dict[str, Any] = {"format": which, "agents": n, "time_limit": limit}
+            row["write"] = measured([*run, "--out", str(ep)], code)
+            row["file_bytes"] = ep.stat().st_size
+            summary = row["write"]["answer"]
+            row["events"], row["turns"], row["end"] = (
+                summary["events"],
+                summary["turns"],
+                summary["end"],
+            )
+            row["bytes_per_turn"] = round(row["file_bytes"] / summary["turns"], 1)
+            row["replay"] = measured(["replay", str(ep)], code)
+            row["trace"] = measured(["trace", str(ep), "--out", str(ep) + ".json"], code)
+            Path(str(ep) + ".json").unlink()
+            ep.unlink()
+            rows.append(row)
+            if show:
+                tqdm.write(
+                    f"{which:>6} {n:>7,} agents: {row['file_bytes'] / 1e6:8.1f} MB, "
+                    f"{row['bytes_per_turn']:7.1f} B/turn; peak write "
+                    f"{row['write']['peak_rss_bytes'] / 2**30:.2f} GiB, replay "
+                    f"{row['replay']['peak_rss_bytes'] / 2**30:.2f} GiB, trace "
+                    f"{row['trace']['peak_rss_bytes'] / 2**30:.2f} GiB"
+                )
+    return rows
+
+
+def plot_records(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _plt()
+    sizes = sorted({r["agents"] for r in rows})
+    panels = [
+        ("bytes per turn", lambda r: r["bytes_per_turn"], "bytes"),
+        ("peak memory, run --out", lambda r: r["write"]["peak_rss_bytes"] / 2**30, "GiB"),
+        ("peak memory, replay", lambda r: r["replay"]["peak_rss_bytes"] / 2**30, "GiB"),
+        ("peak memory, trace", lambda r: r["trace"]["peak_rss_bytes"] / 2**30, "GiB"),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
+    width = 0.38
+    for ax, (title, value, unit) in zip(axes, panels, strict=True):
+        for k, which in enumerate(("before", "after")):
+            ys = [
+                value(r) for n in sizes for r in rows if r["agents"] == n and r["format"] == which
+            ]
+            xs = [i + (k - 0.5) * width for i in range(len(ys))]
+            bars = ax.bar(xs, ys, width, label=which)
+            ax.bar_label(bars, fmt="%.3g", fontsize=7)
+        ax.set_xticks(range(len(sizes)), [f"{n:,} agents" for n in sizes])
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+    axes[0].legend()
+    fig.suptitle("An episode's record on workshop: the format before and after (issue 14)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _plt() -> Any:
     import matplotlib
 
@@ -705,6 +821,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--agents", default=None, help="sweep sizes, e.g. 10,100,1000")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--replot", action="store_true", help="redraw the PNGs from the JSON files")
+    p.add_argument("--records", action="store_true", help="the record's size and memory")
+    p.add_argument("--ref", default="main", help="--records: the engine before (a git ref)")
     # one sweep point, run by the sweep in a fresh process
     p.add_argument("--point", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--turns", type=int, default=100_000, help=argparse.SUPPRESS)
@@ -725,8 +843,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 plot_comparison(rows, d / "comparison.png")
             if (d / "million.json").exists():
                 plot_million(json.loads((d / "million.json").read_text()), d / "million.png")
+            if (d / "records.json").exists():
+                plot_records(
+                    json.loads((d / "records.json").read_text())["records"], d / "records.png"
+                )
         return 0
     env = environment()
+
+    if a.records:
+        sizes = [(100, 120.0)] if a.quick else [(1_000, 600.0), (100_000, 600.0)]
+        rows = records(sizes, a.ref, show)
+        write(
+            {"environment": {**env, "load_after": load()}, "ref": a.ref, "records": rows},
+            engine_dir / "records.json",
+        )
+        plot_records(rows, engine_dir / "records.png")
+        return 0
 
     if a.million:
         result = million(1_000_000, activity=0.001, limit=600.0, show=show)

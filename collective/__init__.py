@@ -13,8 +13,11 @@ from collective.records import (
     Episode,
     EpisodeConfig,
     EpisodeFileError,
+    EpisodeStream,
+    EpisodeWriter,
     Turn,
     load_episode,
+    open_episode,
     save_episode,
 )
 from collective.registry import resolve_world
@@ -32,6 +35,8 @@ __all__ = [
     "Episode",
     "EpisodeConfig",
     "EpisodeFileError",
+    "EpisodeStream",
+    "EpisodeWriter",
     "Fired",
     "OneOf",
     "Organisation",
@@ -45,6 +50,7 @@ __all__ = [
     "draw_timeline",
     "load_episode",
     "make_organisation",
+    "open_episode",
     "parse_action",
     "register_organisation",
     "resolve_world",

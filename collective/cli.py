@@ -24,6 +24,8 @@ from collective.records import (
     Episode,
     EpisodeConfig,
     EpisodeFileError,
+    EpisodeStream,
+    EpisodeWriter,
     Failed,
     Fired,
     Happened,
@@ -35,7 +37,7 @@ from collective.records import (
     Thought,
     Woke,
     failure_text,
-    load_episode,
+    open_episode,
     save_episode,
     world_error,
 )
@@ -59,7 +61,7 @@ def _param(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def _summary(ep: Episode, wall: float, out: str | None) -> dict[str, Any]:
+def _summary(ep: Episode | EpisodeStream, wall: float, out: str | None) -> dict[str, Any]:
     s = ep.stats
     return {
         "score": round(ep.score, 6),
@@ -128,16 +130,24 @@ def cmd_run(a: argparse.Namespace) -> int:
     policy = make_policy(a.policy)
     cfg = msgspec.structs.replace(cfg, policy=policy.name, tokenizer=tokenizer_of(policy))
     t0 = time.perf_counter()
+    # The record streams to --out as the episode runs (memory holds the live state, not the
+    # record); the file is put in place only once the episode has ended.
+    writer = EpisodeWriter(out, "--out") if out is not None else None
     try:
-        ep = run_episode(cfg, policy)
+        ep = run_episode(cfg, policy, recorder=writer)
+    except BaseException:
+        if writer is not None:
+            writer.discard()
+        raise
     finally:
         _close(policy)
+    if writer is not None:
+        writer.finish()
     wall = time.perf_counter() - t0
-    if out is not None:
-        save_episode(ep, out)
     if ep.end == "world_error":  # a bug in the world: one line, the record kept
         kept = f"the episode is in {a.out}" if a.out else "--out FILE keeps the episode"
-        raise ValueError(f"{world_error(ep)}; {kept} (-v for the traceback)")
+        told = world_error(open_episode(out) if out is not None else ep)  # streamed: in the file
+        raise ValueError(f"{told}; {kept} (-v for the traceback)")
     if ep.end == "event_limit":
         print(
             f"collective run: stopped at the event limit ({cfg.max_events:,} events) at "
@@ -151,7 +161,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 # -- replay and fork ---------------------------------------------------------------------------
 
 
-def _world_to_import(ep: Episode, a: argparse.Namespace) -> str | None:
+def _world_to_import(ep: EpisodeStream, a: argparse.Namespace) -> str | None:
     """The world reference a replay may import: the user's ``--world``; else the episode's own
     if it is built in or the user passed ``--trust-world`` (None: the recorded one). Opening
     someone's episode must not run code that only the file names."""
@@ -174,7 +184,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
     from collective.replay import audit, first_divergence, fork, prefix
     from policy.factory import make_policy
 
-    ep = load_episode(a.episode)
+    ep = open_episode(a.episode)
     world = _world_to_import(ep, a)
     check_runnable(msgspec.structs.replace(ep.config, world=world or ep.config.world))
     t0 = time.perf_counter()
@@ -310,7 +320,7 @@ def describe(e: Any, exact: bool = False) -> str:
 
 @command
 def cmd_show(a: argparse.Namespace) -> int:
-    ep = load_episode(a.episode)
+    ep = open_episode(a.episode)
     if a.png:
         from collective.swimlane import MAX_LANES, draw_timeline
 
@@ -353,10 +363,10 @@ def cmd_show(a: argparse.Namespace) -> int:
     return 0
 
 
-def _show_observations(ep: Episode, a: argparse.Namespace) -> None:
+def _show_observations(ep: EpisodeStream, a: argparse.Namespace) -> None:
     """Every turn's prompt: what the agent saw (the world's observation, then its inbox, the
     channels' news and its last result), then what it decided and what came of it."""
-    turns = [t for t in ep.turns if a.agent is None or t.agent == a.agent]
+    turns = ep.turns_of(a.agent)
     if turns and not any(t.prompt for t in turns):
         raise ValueError(
             f"{a.episode} was run with keep_prompts = false: it holds no observations to show"
@@ -380,7 +390,7 @@ def _show_observations(ep: Episode, a: argparse.Namespace) -> None:
 def cmd_trace(a: argparse.Namespace) -> int:
     from collective.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
 
-    ep = load_episode(a.episode)
+    ep = open_episode(a.episode)
     keep = parse_agents(a.agents) if a.agents else None
     out = check_file(a.out or Path(a.episode).with_suffix(".trace.json"), "--out")
     tracks = agents_in(ep, keep)
@@ -404,17 +414,18 @@ def cmd_trace(a: argparse.Namespace) -> int:
 
 @command
 def cmd_diff(a: argparse.Namespace) -> int:
-    from collective.replay import differences, first_divergence
+    from collective.replay import compare
 
-    x, y = load_episode(a.a), load_episode(a.b)
-    lines = differences(x, y)
+    x, y = open_episode(a.a), open_episode(a.b)
+    checker = compare(x, y)
+    lines = checker.lines()
     if not lines:
         print(f"identical episodes ({len(x.events)} events, {len(x.turns)} turns)")
         return 0
     for line in lines:
         if line.startswith("config "):
             print(line)
-    d = first_divergence(x.events, y.events)
+    d = checker.divergence
     if d is not None:
         times = sorted({repr(e.t) for e in (d.expected, d.got) if e is not None})
         print(f"first divergence at event {d.index} (t={' vs '.join(times)}):")

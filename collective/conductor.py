@@ -30,7 +30,7 @@ import trio
 
 from collective.actions import longest_action
 from collective.actor import Actor, Program, default_program
-from collective.episode import LiveEpisode, Replay
+from collective.episode import LiveEpisode, Recorder, Replay
 from collective.log import get_logger
 from collective.records import Episode, EpisodeConfig
 from policy.base import Policy, PolicyError, PolicyRequest, PolicyResponse
@@ -134,17 +134,20 @@ class Conductor:
         concurrency: int = 1,
         emit: Callable[[Episode], Awaitable[None] | None] | None = None,
         replay: Replay | None = None,
+        recorder: Callable[[EpisodeConfig], Recorder] | None = None,
     ) -> list[Episode]:
         """Run every config, ``concurrency`` episodes at a time, and return (or ``emit``, as each
         finishes) their records. Episodes are independent; batching is shared. ``configs`` may be
         an :class:`EpisodeSource` that decides when the next episode may start (training gates
-        episodes on the policy versions they are pinned to)."""
+        episodes on the policy versions they are pinned to). With ``recorder``, each episode's
+        record streams to the recorder it gives as the episode runs (memory holds the live state
+        and a chunk), and the episode returned holds all but its events, turns and curve."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         source = configs if isinstance(configs, EpisodeSource) else _IterSource(configs)
         try:
             with _roomy_gc():
-                return await self._play(source, concurrency, emit, replay)
+                return await self._play(source, concurrency, emit, replay, recorder)
         except BaseExceptionGroup as group:
             raise lone_error(group) from None
 
@@ -154,6 +157,7 @@ class Conductor:
         concurrency: int,
         emit: Callable[[Episode], Awaitable[None] | None] | None,
         replay: Replay | None,
+        recorder: Callable[[EpisodeConfig], Recorder] | None,
     ) -> list[Episode]:
         done: list[Episode] = []
         live: list[LiveEpisode] = []
@@ -164,7 +168,8 @@ class Conductor:
                     cfg = source.take()
                     if cfg is None:
                         return
-                    ep = LiveEpisode(cfg, self, self.program, replay)
+                    sink = recorder(cfg) if recorder is not None else None
+                    ep = LiveEpisode(cfg, self, self.program, replay, sink)
                     await nursery.start(ep.host)
                     live.append(ep)
 
@@ -178,7 +183,7 @@ class Conductor:
                         reason=ep.end_reason,
                         score=ep.final_score,
                         t=ep.now,
-                        events=len(ep.events),
+                        events=ep.event_count,
                     )
                     if emit is None:
                         done.append(record)
@@ -331,10 +336,17 @@ def lone_error(group: BaseExceptionGroup) -> BaseException:
 
 
 def run_episode(
-    cfg: EpisodeConfig, policy: Policy | dict[str, Policy], *, program: Program = default_program
+    cfg: EpisodeConfig,
+    policy: Policy | dict[str, Policy],
+    *,
+    program: Program = default_program,
+    recorder: Recorder | None = None,
 ) -> Episode:
-    """Run one episode to its end, synchronously (a convenience over ``Conductor.play``)."""
-    return run_episodes([cfg], policy, program=program)[0]
+    """Run one episode to its end, synchronously (a convenience over ``Conductor.play``); with
+    ``recorder``, its record streams there (see ``play``)."""
+    conductor = Conductor(policy, program=program)
+    sink = None if recorder is None else lambda _: recorder
+    return trio.run(lambda: conductor.play([cfg], recorder=sink))[0]
 
 
 def run_episodes(

@@ -19,7 +19,7 @@ import math
 import operator
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 import outcome
 import trio
@@ -46,8 +46,11 @@ from collective.comms import Archive, Channel, Message
 from collective.log import get_logger
 from collective.organisation import make_organisation
 from collective.records import (
+    CHUNK_RECORDS,
     Asked,
     Began,
+    Chunk,
+    Closing,
     Committed,
     Delivered,
     Dropped,
@@ -57,6 +60,8 @@ from collective.records import (
     Failed,
     Happened,
     Hired,
+    Opening,
+    Part,
     Posted,
     Rejected,
     Sent,
@@ -64,7 +69,9 @@ from collective.records import (
     Stats,
     Thought,
     Turn,
+    TurnEnd,
     Woke,
+    blank_turn,
 )
 from collective.records import (
     Fired as FiredEvent,
@@ -95,6 +102,13 @@ _DOCS = {
 }
 
 
+class Recorder(Protocol):
+    """Where a streamed episode's record goes as it grows: an episode file being written
+    (``collective.records.EpisodeWriter``) or a replay's check against the original."""
+
+    def write(self, part: Part) -> None: ...
+
+
 class Replay:
     """What a replay feeds back instead of measuring, for everything begun before ``until``:
     the real durations of tools (``hybrid``), and the answer times of policy calls in a ``real``
@@ -105,24 +119,33 @@ class Replay:
         self.until = until
         self.real: dict[tuple[int, int], float] = {}
         self.answered: dict[tuple[int, int], float] = {}
-        begun: dict[tuple[int, int], float] = {}
-        for e in episode.events:
-            if isinstance(e, Began):
-                begun[(e.agent, e.act)] = e.t
-            elif isinstance(e, Committed) and begun.get((e.agent, e.act), math.inf) < until:
-                self.real[(e.agent, e.act)] = e.real
         cfg = episode.config
+        # Only a hybrid clock measures tools (any other records 0.0, which a replay recomputes):
+        # so a long virtual episode's replay holds no table of every action.
+        if cfg.clock == "hybrid":
+            begun: dict[tuple[int, int], float] = {}
+            for e in episode.events:
+                if isinstance(e, Began):
+                    begun[(e.agent, e.act)] = e.t
+                elif isinstance(e, Committed) and begun.pop((e.agent, e.act), math.inf) < until:
+                    self.real[(e.agent, e.act)] = e.real
         measured = math.inf if cfg.clock == "real" else cfg.recorded_answers_until
         # From the turns, not the Thought events: an answer still in flight at the end, or
         # meant for an agent fired meanwhile, has a turn (and its landing time) but no Thought.
-        for tr in episode.turns:
-            if tr.asked < min(until, measured):
-                self.answered[(tr.agent, tr.turn)] = tr.answered
+        if min(until, measured) > 0:
+            for tr in episode.turns:
+                if tr.asked < min(until, measured):
+                    self.answered[(tr.agent, tr.turn)] = tr.answered
 
 
 class LiveEpisode:
     def __init__(
-        self, cfg: EpisodeConfig, conductor: Any, program: Program, replay: Replay | None = None
+        self,
+        cfg: EpisodeConfig,
+        conductor: Any,
+        program: Program,
+        replay: Replay | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.cfg = cfg
         self.conductor = conductor
@@ -157,8 +180,17 @@ class LiveEpisode:
         self.channels: dict[str, Channel] = {}
         self.archive = Archive(cfg.archive_size)
         self.events: list[Any] = []
+        self.log = self.events.append  # the record: every event, in commit order
         self.turns: list[Turn] = []
         self.curve: list[tuple[float, float]] = []
+        # With a recorder, the record goes out in chunks between instants (see _flush): these
+        # lists then hold only what came since, and these count what went.
+        self.recorder = recorder
+        self.written_events = self.written_turns = self.written_spaces = self.written_curve = 0
+        self.ends: list[TurnEnd] = []  # turns' outcomes since the last chunk
+        self.open_turns: dict[int, int] = {}  # id(turn) -> its index, until its action lands
+        if recorder is not None:
+            recorder.write(Opening(cfg))
         self.stats = Stats()
         self.spaces: dict[tuple[str, int, int], ActionSpace] = {}
         self.space_list: list[ActionSpace] = []  # every space a turn used, for the learner
@@ -417,6 +449,12 @@ class LiveEpisode:
         """Move to the next instant with due events and apply them all, in canonical order."""
         if self.ended:  # a world bug found while requests were started
             return
+        if (
+            self.recorder is not None
+            and max(len(self.events), len(self.turns)) >= CHUNK_RECORDS
+            and self.next_due() != self.now
+        ):
+            self._flush()  # between instants: every outcome of this one is in
         if not self.heap:
             self._end("idle")  # everyone waits for a message nobody can send
             return
@@ -454,7 +492,7 @@ class LiveEpisode:
                     actor, act, token, reason = item
                     if actor.alive and actor.waiting and actor.wait_token == token:
                         self._wake(actor, act, reason)
-                if len(self.events) >= self.cfg.max_events:
+                if self.written_events + len(self.events) >= self.cfg.max_events:
                     self._release()  # before the end cancels them: a held task is still parked
                     self._end("event_limit")
                     return
@@ -502,6 +540,8 @@ class LiveEpisode:
             )
         )
         turn = self._turn(actor, req, resp, self.now)
+        if self.recorder is not None:
+            self.open_turns[id(turn)] = self.written_turns + len(self.turns)
         self.turns.append(turn)
         actor.turn_record = turn
         self._resume(actor, resp)
@@ -628,6 +668,10 @@ class LiveEpisode:
         if tr is None or tr.kind:
             return
         tr.tool, tr.kind, tr.ok, tr.result, tr.finished = tool, kind, ok, result[:200], self.now
+        if self.recorder is not None:
+            self.ends.append(
+                TurnEnd(self.open_turns.pop(id(tr)), tool, kind, ok, tr.result, self.now)
+            )
 
     # -- the communication primitives ------------------------------------------------------------
 
@@ -803,9 +847,6 @@ class LiveEpisode:
         self.seq += 1
         heapq.heappush(self.heap, (t, prio, agent, self.seq, 0, item))
 
-    def log(self, event: Any) -> None:
-        self.events.append(event)
-
     def score(self) -> float:
         scores = []
         for w in self.worlds:
@@ -859,8 +900,63 @@ class LiveEpisode:
                 raise WorldBug(w, "metrics", e, fn=w.metrics) from e
         return out
 
+    @property
+    def event_count(self) -> int:
+        return self.written_events + len(self.events)
+
+    def _flush(self) -> None:
+        """Send what the record gained since the last chunk to the recorder. Called between
+        instants only, so the outcomes sent are every outcome up to now, in the file's order
+        (finished, index). Turns go as answered: one whose action landed already is sent
+        blank, its outcome among the ends."""
+        assert self.recorder is not None
+        self.ends.sort(key=lambda e: (e.finished, e.index))
+        curve = self.curve[self.written_curve :]
+        self.recorder.write(
+            Chunk(
+                list(self.events),
+                [blank_turn(t) for t in self.turns],
+                self.ends,
+                self.space_list[self.written_spaces :],
+                curve,
+            )
+        )
+        self.written_events += len(self.events)
+        self.written_turns += len(self.turns)
+        self.written_spaces = len(self.space_list)
+        self.events.clear()  # in place: self.log appends to it
+        self.turns = []
+        self.ends = []
+        self.curve = self.curve[-1:]  # the last point stays: advance compares with it
+        self.written_curve = 1
+
     def record(self) -> Episode:
-        self.stats.events = len(self.events)
+        """The episode's record. With a recorder, the rest of it and its closing go there, and
+        what is returned holds everything but the events, turns, curve and spaces (empty)."""
+        self.stats.events = self.event_count
+        if self.recorder is not None:
+            self._flush()
+            self.recorder.write(
+                Closing(
+                    self.final_score,
+                    self.now,
+                    self.end_reason,
+                    self.stats,
+                    self.world_metrics,
+                    self.written_turns,
+                )
+            )
+            return Episode(
+                config=self.cfg,
+                score=self.final_score,
+                duration=self.now,
+                end=self.end_reason,
+                stats=self.stats,
+                curve=[],
+                events=[],
+                turns=[],
+                world_metrics=self.world_metrics,
+            )
         return Episode(
             config=self.cfg,
             score=self.final_score,

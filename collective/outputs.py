@@ -18,6 +18,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 
 class OutputError(ValueError):
@@ -111,19 +112,18 @@ def check_dir(path: str | Path, label: str = "output") -> Path:
     return path
 
 
-def write_file(path: str | Path, data: bytes, label: str = "output") -> Path:
-    """Write ``data`` to ``path`` atomically, replacing only a regular file; returns the file
-    written (a link's target)."""
+def begin_file(path: str | Path, label: str = "output") -> tuple[Path, Path, BinaryIO]:
+    """Start writing ``path``: the file it names (a link's target), a fresh temporary file
+    beside it, and that file open for writing. :func:`finish_file` puts it in place."""
     target = _target(Path(path), label)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666)
+    return target, tmp, os.fdopen(fd, "w+b")
+
+
+def finish_file(target: Path, tmp: Path, label: str = "output") -> Path:
+    """Rename the written ``tmp`` over ``target``, if that is still absent or a regular file."""
     # Checked again just before the rename: the work may have taken hours, and what was
     # written is kept either way.
     try:
@@ -137,3 +137,16 @@ def write_file(path: str | Path, data: bytes, label: str = "output") -> Path:
         )
     os.replace(tmp, target)
     return target
+
+
+def write_file(path: str | Path, data: bytes, label: str = "output") -> Path:
+    """Write ``data`` to ``path`` atomically, replacing only a regular file; returns the file
+    written (a link's target)."""
+    target, tmp, f = begin_file(path, label)
+    try:
+        with f:
+            f.write(data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return finish_file(target, tmp, label)

@@ -8,12 +8,18 @@ re-execution derives, the recorded answers themselves: one finite logprob <= 0 p
 token ids that spell the text under the recorded tokenizer. Given a policy, it recomputes the
 answers too (logprobs included) instead of taking them from the record. ``fork`` replays up to
 a simulated time, then continues live with another policy.
+
+Everything here streams: an episode may be an :class:`~collective.records.Episode` in memory or
+an :class:`~collective.records.EpisodeStream` read from its file part by part, and a replay
+compares what it derives with the record as it goes (a :class:`Checker` is its recorder), so
+auditing a long episode holds its live state and a few chunks, not two whole records.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -22,8 +28,18 @@ import trio
 from collective.actions import longest_action
 from collective.actor import default_program
 from collective.conductor import Conductor
-from collective.episode import Replay
-from collective.records import Episode, Turn
+from collective.episode import Recorder, Replay
+from collective.records import (
+    Chunk,
+    Closing,
+    Episode,
+    EpisodeStream,
+    Opening,
+    Part,
+    Turn,
+    TurnEnd,
+    episode_parts,
+)
 from policy import tokenizer as byte_tokenizer
 from policy.base import Policy, PolicyError
 from policy.recorded import RecordedPolicy
@@ -57,24 +73,37 @@ def first_divergence(expected: Sequence[Any], got: Sequence[Any]) -> Divergence 
     return None
 
 
-def _rerun(ep: Episode, backend: Policy, fed: Replay, **changes: Any) -> Episode:
+Record = Episode | EpisodeStream  # an episode in memory, or read from its file as it goes
+
+
+def _rerun(
+    ep: Record, backend: Policy, fed: Replay, recorder: Recorder | None = None, **changes: Any
+) -> Episode:
     cfg = msgspec.structs.replace(ep.config, **changes)
     conductor = Conductor(backend, program=default_program)
-    return trio.run(lambda: conductor.play([cfg], replay=fed))[0]
+    sink = None if recorder is None else lambda _: recorder
+    return trio.run(lambda: conductor.play([cfg], replay=fed, recorder=sink))[0]
 
 
-def replay(ep: Episode, *, policy: Policy | None = None, world: str | None = None) -> Episode:
+def replay(
+    ep: Record,
+    *,
+    policy: Policy | None = None,
+    world: str | None = None,
+    recorder: Recorder | None = None,
+) -> Episode:
     """Re-execute ``ep`` from its recorded outputs (or, given ``policy``, with answers that
     policy computes anew for the same requests and seeds). A ``real`` clock episode replays on
     the virtual clock at its recorded times. ``world`` replaces the world reference the record
-    names (the same world found elsewhere, or named by the user rather than by the file)."""
+    names (the same world found elsewhere, or named by the user rather than by the file).
+    With ``recorder``, the replay's record streams there (see ``Conductor.play``)."""
     changes: dict[str, Any] = {}
     if ep.config.clock == "real":
         changes = {"clock": "virtual", "recorded_answers_until": math.inf}
     if world is not None:
         changes["world"] = world
     answers = RecordedPolicy(ep.turns, live=policy, until=math.inf if policy is None else 0.0)
-    return _rerun(ep, answers, Replay(ep), **changes)
+    return _rerun(ep, answers, Replay(ep), recorder, **changes)
 
 
 def verify(ep: Episode) -> Divergence | None:
@@ -83,7 +112,7 @@ def verify(ep: Episode) -> Divergence | None:
 
 
 def fork(
-    ep: Episode,
+    ep: Record,
     until: float,
     policy: Policy,
     *,
@@ -123,57 +152,151 @@ def prefix(events: Sequence[Any], until: float) -> list[Any]:
 # -- the whole record: audit and diff ---------------------------------------------------------
 
 
-def _first_change(name: str, a: Sequence[Any], b: Sequence[Any]) -> str | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return f"{name}[{i}]: {x!r} vs {y!r}"
-    if len(a) != len(b):
-        return f"{name}: {len(a)} vs {len(b)} entries"
-    return None
-
-
 def _turn_change(i: int, a: Turn, b: Turn) -> str:
     fields = [f for f in Turn.__struct_fields__ if getattr(a, f) != getattr(b, f)]
     shown = "; ".join(f"{f} {getattr(a, f)!r} vs {getattr(b, f)!r}"[:300] for f in fields)
     return f"turn {i} (agent {a.agent}, turn {a.turn}): {shown}"
 
 
-def differences(a: Episode, b: Episode, *, config: bool = True) -> list[str]:
+def _end_change(a: TurnEnd, b: TurnEnd) -> str:
+    fields = [f for f in TurnEnd.__struct_fields__ if getattr(a, f) != getattr(b, f)]
+    shown = "; ".join(f"{f} {getattr(a, f)!r} vs {getattr(b, f)!r}"[:300] for f in fields)
+    return f"turn {a.index} outcome: {shown}"
+
+
+_KINDS = ("events", "turns", "ends", "spaces", "curve")
+
+
+class Checker:
+    """Compares a record as it streams in (a replay's, or a second file's parts) with an
+    original's parts, read alongside: what is held is only what one side is ahead of the other.
+    Each kind of record is compared in order: events, turns as answered, their outcomes (in the
+    order finished, index), action spaces, the curve; then the closing. ``lines()`` says where
+    they differ, one line per part (the first difference in each); ``divergence`` is the first
+    differing event."""
+
+    def __init__(self, original: Iterable[Part], *, config: bool = True) -> None:
+        self.source: Iterator[Part] = iter(original)
+        first = next(self.source)
+        assert isinstance(first, Opening)
+        self.want_config = first.config
+        self.check_config = config
+        self.queue: dict[str, deque[Any]] = {k: deque() for k in _KINDS}
+        self.count = dict.fromkeys(_KINDS, 0)  # the new record's, per kind
+        self.taken = dict.fromkeys(_KINDS, 0)  # the original's compared with them
+        self.first: dict[str, str] = {}
+        self.divergence: Divergence | None = None
+        self.closing: Closing | None = None
+        self.config_lines: list[str] = []
+
+    def _pull(self) -> bool:
+        """Read the original's next part; False once it is all read."""
+        part = next(self.source, None)
+        if part is None:
+            return False
+        if isinstance(part, Closing):
+            self.closing = part
+        elif isinstance(part, Chunk):
+            for k in _KINDS:
+                self.queue[k].extend(getattr(part, k))
+        return True
+
+    def _want(self, kind: str) -> Any:
+        queue = self.queue[kind]
+        while not queue:
+            if not self._pull():
+                return None
+        return queue.popleft()
+
+    def _note(self, kind: str, i: int, want: Any, got: Any) -> None:
+        if kind == "events":
+            if self.divergence is None:
+                self.divergence = Divergence(i, want, got)
+        elif kind not in self.first and want is not None and got is not None:
+            if kind == "turns":
+                line = _turn_change(i, want, got)
+            elif kind == "ends":
+                line = _end_change(want, got)
+            else:
+                line = f"{kind}[{i}]: {want!r} vs {got!r}"
+            self.first[kind] = line[:600]
+
+    def write(self, part: Part) -> None:
+        if isinstance(part, Opening):
+            if self.check_config:
+                for f in type(part.config).__struct_fields__:
+                    x, y = getattr(self.want_config, f), getattr(part.config, f)
+                    if x != y:
+                        self.config_lines.append(f"config {f}: {x!r} vs {y!r}")
+        elif isinstance(part, Chunk):
+            for kind in _KINDS:
+                for got in getattr(part, kind):
+                    i = self.count[kind]
+                    self.count[kind] += 1
+                    want = self._want(kind)
+                    self.taken[kind] += want is not None
+                    if want != got:
+                        self._note(kind, i, want, got)
+        else:
+            self._finish(part)
+
+    def _finish(self, got: Closing) -> None:
+        while self.closing is None and self._pull():
+            pass
+        for kind in _KINDS:
+            queue = self.queue[kind]
+            total, n = self.taken[kind] + len(queue), self.count[kind]
+            if queue:  # the original has more
+                self._note(kind, n, queue[0], None)
+                queue.clear()
+            if total != n and kind != "events" and kind not in self.first:
+                what = "" if kind == "turns" else " entries"
+                self.first[kind] = f"{kind}: {total} vs {n}{what}"
+        want = self.closing
+        assert want is not None
+        lines = self.config_lines
+        d = self.divergence
+        if d is not None:
+            t = (d.expected if d.expected is not None else d.got).t
+            lines.append(
+                f"first divergence at event {d.index} (t={t!r}): "
+                f"{_show(d.expected)} vs {_show(d.got)}"
+            )
+        lines += [self.first[k] for k in ("turns", "ends") if k in self.first]
+        for f in ("score", "duration", "end"):
+            if getattr(want, f) != getattr(got, f):
+                lines.append(f"{f}: {getattr(want, f)!r} vs {getattr(got, f)!r}")
+        for f in type(want.stats).__struct_fields__:
+            if getattr(want.stats, f) != getattr(got.stats, f):
+                lines.append(f"stats {f}: {getattr(want.stats, f)!r} vs {getattr(got.stats, f)!r}")
+        if want.turns != got.turns and "turns" not in self.first:
+            lines.append(f"turns: {want.turns} vs {got.turns}")
+        lines += [self.first[k] for k in ("curve", "spaces") if k in self.first]
+        if want.world_metrics != got.world_metrics:
+            lines.append(f"world_metrics: {want.world_metrics!r} vs {got.world_metrics!r}")
+        self.done = lines
+
+    def lines(self) -> list[str]:
+        return self.done
+
+
+def _parts(ep: Record) -> Iterator[Part]:
+    return ep.parts(whole=True) if isinstance(ep, EpisodeStream) else episode_parts(ep)
+
+
+def compare(a: Record, b: Record, *, config: bool = True) -> Checker:
+    """Read two records side by side (see :class:`Checker`)."""
+    checker = Checker(_parts(a), config=config)
+    for part in _parts(b):
+        checker.write(part)
+    return checker
+
+
+def differences(a: Record, b: Record, *, config: bool = True) -> list[str]:
     """Where two episodes differ, one line per part (the first difference in each): config
     fields, events, turns, score, duration, end, stats, curve, action spaces, world metrics.
     Empty when they are the same episode. Times are printed exactly (``repr``)."""
-    out: list[str] = []
-    if config:
-        for f in type(a.config).__struct_fields__:
-            x, y = getattr(a.config, f), getattr(b.config, f)
-            if x != y:
-                out.append(f"config {f}: {x!r} vs {y!r}")
-    d = first_divergence(a.events, b.events)
-    if d is not None:
-        t = (d.expected if d.expected is not None else d.got).t
-        out.append(
-            f"first divergence at event {d.index} (t={t!r}): {_show(d.expected)} vs {_show(d.got)}"
-        )
-    for i, (x, y) in enumerate(zip(a.turns, b.turns, strict=False)):
-        if x != y:
-            out.append(_turn_change(i, x, y))
-            break
-    else:
-        if len(a.turns) != len(b.turns):
-            out.append(f"turns: {len(a.turns)} vs {len(b.turns)}")
-    for f in ("score", "duration", "end"):
-        if getattr(a, f) != getattr(b, f):
-            out.append(f"{f}: {getattr(a, f)!r} vs {getattr(b, f)!r}")
-    for f in type(a.stats).__struct_fields__:
-        if getattr(a.stats, f) != getattr(b.stats, f):
-            out.append(f"stats {f}: {getattr(a.stats, f)!r} vs {getattr(b.stats, f)!r}")
-    for name, x, y in (("curve", a.curve, b.curve), ("spaces", a.spaces, b.spaces)):
-        change = _first_change(name, x, y)
-        if change:
-            out.append(change[:600])
-    if a.world_metrics != b.world_metrics:
-        out.append(f"world_metrics: {a.world_metrics!r} vs {b.world_metrics!r}")
-    return out
+    return compare(a, b, config=config).lines()
 
 
 def tokenizer_of(policy: Policy) -> str:
@@ -190,7 +313,7 @@ def tokenizer_of(policy: Policy) -> str:
     return "bytes" if isinstance(policy, RandomPolicy | ScriptedPolicy | TinyPolicy) else ""
 
 
-def answer_problems(ep: Episode) -> list[str]:
+def answer_problems(ep: Record) -> list[str]:
     """What is wrong with the recorded answers themselves, which no replay re-derives: each
     turn has one finite logprob <= 0 per token and (under the byte tokenizer) ids that spell
     its text. An answer cut at its bound (see ``collective.conductor.bounded``) is checked for
@@ -200,7 +323,8 @@ def answer_problems(ep: Episode) -> list[str]:
     if ep.config.tokenizer not in ("", "bytes"):
         found["tokenizer"] = f"tokenizer {ep.config.tokenizer!r}: this version checks only bytes"
     limit = ep.config.max_output_tokens
-    for i, t in enumerate(ep.turns):
+    spaces: list[Any] = []
+    for i, t in _answers(ep, spaces):
         where = f"turn {i} (agent {t.agent}, turn {t.turn})"
         if len(t.logprobs) != len(t.token_ids):
             found.setdefault(
@@ -209,10 +333,10 @@ def answer_problems(ep: Episode) -> list[str]:
         bad = next((x for x in t.logprobs if not (math.isfinite(x) and x <= 0.0)), None)
         if bad is not None:
             found.setdefault("logprob", f"{where}: logprob {bad!r} (must be finite and <= 0)")
-        if not 0 <= t.space < len(ep.spaces):
-            found.setdefault("space", f"{where}: action space {t.space} of {len(ep.spaces)}")
+        if not 0 <= t.space < len(spaces):
+            found.setdefault("space", f"{where}: action space {t.space} of {len(spaces)}")
             continue
-        chars = longest_action(ep.spaces[t.space])
+        chars = longest_action(spaces[t.space])
         cut = len(t.token_ids) > limit or len(t.text) > chars
         if len(t.token_ids) > limit + 1 or len(t.text) > chars + 1:
             found.setdefault("bound", f"{where}: an answer longer than its bound was kept")
@@ -229,15 +353,32 @@ def answer_problems(ep: Episode) -> list[str]:
     return list(found.values())
 
 
+def _answers(ep: Record, spaces: list[Any]) -> Iterator[tuple[int, Turn]]:
+    """Each turn as answered with its index, ``spaces`` grown to every action space before it."""
+    i = 0
+    for part in _parts(ep):
+        if isinstance(part, Chunk):
+            spaces += part.spaces
+            for t in part.turns:
+                yield i, t
+                i += 1
+
+
 def audit(
-    ep: Episode, *, policy: Policy | None = None, world: str | None = None
-) -> tuple[Episode, list[str]]:
+    ep: Record, *, policy: Policy | None = None, world: str | None = None
+) -> tuple[Record, list[str]]:
     """Replay ``ep`` (with ``policy``: recomputing its answers) and return the replay and every
     way the record disagrees with it or with itself; an empty list: the whole record holds.
-    (A replay the record's own answers stop returns ``ep`` itself with the reason.)"""
+    (A replay the record's own answers stop returns ``ep`` itself with the reason.) An
+    episode read from its file is compared as the replay goes: what is returned then holds all
+    but the replay's events, turns and curve."""
     problems = answer_problems(ep)
+    streamed = isinstance(ep, EpisodeStream)
+    checker = Checker(_parts(ep), config=False) if streamed else None
     try:
-        again = replay(ep, policy=policy, world=world)
+        again = replay(ep, policy=policy, world=world, recorder=checker)
     except PolicyError as e:  # e.g. a forged turn with fewer logprobs than tokens
         return ep, [*problems, f"the replay stopped: {e}"]
+    if checker is not None:
+        return again, problems + checker.lines()
     return again, problems + differences(ep, again, config=False)

@@ -34,6 +34,7 @@ from collective.records import (
     Dropped,
     Ended,
     Episode,
+    EpisodeStream,
     Failed,
     Fired,
     Happened,
@@ -43,7 +44,7 @@ from collective.records import (
     Sent,
     Spawned,
     Thought,
-    Turn,
+    TurnFinder,
 )
 
 # What a span on an agent's track is: its whole life, a think, or an action of one of the three
@@ -151,11 +152,13 @@ def _arg(text: str) -> str:
     return rest.strip().strip('"')
 
 
-def activity(ep: Episode, events: Iterable[AnyEvent] | None = None) -> Iterator[Item]:
+def activity(
+    ep: Episode | EpisodeStream, events: Iterable[AnyEvent] | None = None
+) -> Iterator[Item]:
     """The episode's spans, marks, arrows and counters, in log order (see the module doc).
 
     ``events``: the episode's events as they should be read (a progress bar wrapping them)."""
-    turns: dict[tuple[int, int], Turn] = {(tr.agent, tr.turn): tr for tr in ep.turns}
+    turns = TurnFinder(ep.turns)  # read alongside the events, not held whole
     agents: dict[int, _Agent] = {}
     sent: dict[int, Sent] = {}  # messages sent, before they are delivered or dropped
     mail: dict[int, tuple[int, int]] = {}  # delivered, unread: message -> (arrow id, sender)
@@ -199,7 +202,7 @@ def activity(ep: Episode, events: Iterable[AnyEvent] | None = None) -> Iterator[
         elif isinstance(e, Asked):
             yield from settle(e.agent, e.t)
             a = agents[e.agent]
-            tr = turns.get((e.agent, e.turn))
+            tr = turns.pop((e.agent, e.turn))
             args: dict[str, Any] = {"turn": e.turn, "read": list(e.read)}
             if tr is not None and tr.prompt:
                 args["prompt"] = tr.prompt
@@ -313,7 +316,7 @@ class Batch:
     output_tokens: int
 
 
-def policy_batches(ep: Episode) -> list[Batch]:
+def policy_batches(ep: Episode | EpisodeStream) -> list[Batch]:
     """The episode's policy batches, in the order they were sent."""
     by_key: dict[tuple[float, str], Batch] = {}
     for tr in ep.turns:

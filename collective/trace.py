@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import msgspec
 
-from collective.records import Episode, Spawned
+from collective.records import Episode, EpisodeStream, Spawned
 from collective.timeline import (
     THINK,
     ArrowIn,
@@ -88,7 +88,7 @@ def parse_agents(text: str) -> set[int]:
     return keep
 
 
-def no_wall_clock(ep: Episode) -> str | None:
+def no_wall_clock(ep: Episode | EpisodeStream) -> str | None:
     """Why ``--real`` cannot be honoured for this episode, or None if it can.
 
     Only a ``real``-clock episode has wall-clock times: its simulated clock *is* the wall clock
@@ -115,7 +115,10 @@ def _us(t: float) -> float:
 
 
 def trace_events(
-    ep: Episode, keep: Container[int] | None = None, real: bool = False, progress: bool = False
+    ep: Episode | EpisodeStream,
+    keep: Container[int] | None = None,
+    real: bool = False,
+    progress: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """The episode as trace events, in an order viewers read correctly (see the module doc).
 
@@ -221,13 +224,13 @@ def _thread(pid: int, tid: int, label: str, index: int) -> Iterator[dict[str, An
     }
 
 
-def agents_in(ep: Episode, keep: Container[int] | None = None) -> int:
+def agents_in(ep: Episode | EpisodeStream, keep: Container[int] | None = None) -> int:
     """How many agent tracks a trace of this episode has."""
     return sum(1 for e in ep.events if isinstance(e, Spawned) and (keep is None or e.agent in keep))
 
 
 def write_trace(
-    ep: Episode,
+    ep: Episode | EpisodeStream,
     out: str | Path | IO[bytes],
     keep: Container[int] | None = None,
     real: bool = False,

@@ -3,23 +3,26 @@
 For a fork, requests asked at or after ``until`` go to a live policy instead, so an episode can
 be replayed exactly up to a moment and then continued with another policy ("what if, from here
 on, ...").
+
+The turns are read as the requests come (they may be a pass over an episode file; see
+``collective.records.TurnFinder``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from collective.records import Turn
+from collective.records import Turn, TurnFinder
 from policy import tokenizer
 from policy.base import Policy, PolicyRequest, PolicyResponse
 
 
 class RecordedPolicy:
     def __init__(
-        self, turns: Sequence[Turn], *, live: Policy | None = None, until: float = math.inf
+        self, turns: Iterable[Turn], *, live: Policy | None = None, until: float = math.inf
     ) -> None:
-        self.table = {(t.agent, t.turn): t for t in turns}
+        self.turns = TurnFinder(turns)
         self.live = live
         self.until = until
         self.name = "recorded" if live is None else f"recorded until {until:g}, then {live.name}"
@@ -34,7 +37,7 @@ class RecordedPolicy:
                 live_at.append(len(out))
                 out.append(None)
                 continue
-            turn = self.table.get((r.agent, r.turn))
+            turn = self.turns.pop((r.agent, r.turn))
             if turn is None:
                 # The replay asked something the original never did: it has diverged already.
                 # Answer with an empty action so the run completes and the diff can name where.

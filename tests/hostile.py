@@ -12,7 +12,7 @@ import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from collective import World
 from collective.records import FORMAT, MAGIC
@@ -132,3 +132,34 @@ def seal(body: bytes) -> bytes:
     digests it again produces."""
     head = struct.pack(">8sHHQ", MAGIC, FORMAT, 0, len(body))
     return head + hashlib.blake2b(head + body, digest_size=32).digest() + body
+
+
+def seal_parts(parts: list[Any]) -> bytes:
+    """The same, in the streamed layout: each part msgpack, one zstd frame (level 3) after its
+    big-endian length; the digest over the body, then the header's first 20 bytes."""
+    import msgspec
+    import zstandard
+
+    zstd = zstandard.ZstdCompressor(level=3)
+    frames = [zstd.compress(msgspec.msgpack.encode(p)) for p in parts]
+    body = b"".join(struct.pack(">I", len(f)) + f for f in frames)
+    head = struct.pack(">8sHHQ", MAGIC, FORMAT, 1, len(body))
+    return head + hashlib.blake2b(body + head, digest_size=32).digest() + body
+
+
+def as_parts(d: dict[str, Any]) -> list[Any]:
+    """An episode as plain data (``msgspec.to_builtins``) -> the parts its file holds, as plain
+    data: turns as answered, their outcomes apart in the order (finished, index)."""
+    blank = {"tool": "", "kind": "", "ok": False, "result": "", "finished": -1.0}
+    ends = sorted(
+        (
+            [i, t["tool"], t["kind"], t["ok"], t["result"], t["finished"]]
+            for i, t in enumerate(d["turns"])
+            if t["kind"]
+        ),
+        key=lambda e: (e[5], e[0]),
+    )
+    turns = [{**t, **blank} for t in d["turns"]]
+    chunk = ["chunk", d["events"], turns, ends, d["spaces"], d["curve"]]
+    closing = ["close", d["score"], d["duration"], d["end"], d["stats"], d["world_metrics"]]
+    return [["open", d["config"]], chunk, [*closing, len(d["turns"])]]

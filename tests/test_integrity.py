@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hostile import seal
+from hostile import as_parts, seal, seal_parts
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,6 +36,7 @@ from collective.records import (
     decode_episode,
     encode_episode,
     episode_file_bytes,
+    open_episode,
 )
 from collective.replay import audit, differences, replay
 from policy.uniform import RandomPolicy
@@ -54,6 +55,14 @@ FILE = episode_file_bytes(EP)
 
 
 def forged(change: Callable[[dict[str, Any]], None], ep: Episode = EP) -> bytes:
+    """``ep`` changed and sealed again, in the layout this version writes."""
+    data = msgspec.to_builtins(ep)
+    change(data)
+    return seal_parts(as_parts(data))
+
+
+def forged_whole(change: Callable[[dict[str, Any]], None], ep: Episode = EP) -> bytes:
+    """The same in the earlier one-body layout, which this version still reads."""
     data = msgspec.to_builtins(ep)
     change(data)
     return seal(msgspec.msgpack.encode(data))
@@ -62,10 +71,14 @@ def forged(change: Callable[[dict[str, Any]], None], ep: Episode = EP) -> bytes:
 # -- the file: any changed byte is an error ---------------------------------------------------
 
 
-def test_the_file_is_a_header_then_the_body() -> None:
-    assert FILE.startswith(MAGIC) and FILE[HEADER_SIZE:] == encode_episode(EP)
-    assert seal(encode_episode(EP)) == FILE, "the layout is the one documented in records.py"
+def test_the_file_is_a_header_then_the_parts() -> None:
+    assert FILE.startswith(MAGIC)
+    parts = as_parts(msgspec.to_builtins(EP))
+    assert seal_parts(parts) == FILE, "the layout is the one documented in records.py"
     assert decode_episode(FILE) == EP
+    assert len(FILE) * 4 < len(encode_episode(EP)), "compressed"
+    old = seal(encode_episode(EP))  # the earlier layout still reads, as strictly
+    assert decode_episode(old) == EP
 
 
 @given(st.integers(0, len(FILE) - 1), st.integers(1, 255))
@@ -124,8 +137,33 @@ def test_a_sealed_file_with_a_field_this_version_does_not_know_is_refused(where:
         else:
             d["turns"][0]["spacf"] = d["turns"][0].pop("space")
 
-    with pytest.raises(EpisodeFileError, match=r"unknown field|Expected `array` of at most length"):
-        decode_episode(forged(change))
+    unknown = r"unknown field|Expected `array` of at most length"
+    with pytest.raises(EpisodeFileError, match=unknown):
+        decode_episode(forged_whole(change))
+    if where not in ("episode", "renamed format"):  # top-level fields the parts do not have
+        with pytest.raises(EpisodeFileError, match=unknown):
+            decode_episode(forged(change))
+
+
+@pytest.mark.parametrize("where", ["opening", "chunk", "closing", "turn end"])
+def test_a_part_with_more_than_this_version_knows_is_refused(where: str) -> None:
+    parts = as_parts(msgspec.to_builtins(EP))
+    opening, chunk, closing = parts
+    {"opening": opening, "chunk": chunk, "closing": closing, "turn end": chunk[3][0]}[where].append(
+        1
+    )
+    with pytest.raises(EpisodeFileError, match="Expected `array` of at most length"):
+        decode_episode(seal_parts(parts))
+
+
+def test_parts_out_of_place_are_refused() -> None:
+    opening, chunk, closing = as_parts(msgspec.to_builtins(EP))
+    for parts in ([chunk, closing], [opening, chunk], [opening, closing, chunk], [opening]):
+        with pytest.raises(EpisodeFileError, match="not a valid episode body"):
+            decode_episode(seal_parts(parts))
+    chunk[3].append(chunk[3][0])  # a turn ended twice
+    with pytest.raises(EpisodeFileError, match="ends twice"):
+        decode_episode(seal_parts([opening, chunk, closing]))
 
 
 def test_a_format_1_file_is_refused_with_the_reason() -> None:
@@ -164,11 +202,14 @@ FORGERIES: dict[str, Callable[[dict[str, Any]], None]] = {
 
 
 @pytest.mark.parametrize("what", sorted(FORGERIES))
-def test_replay_catches_a_consistent_forgery_of(what: str) -> None:
+def test_replay_catches_a_consistent_forgery_of(what: str, tmp_path: Path) -> None:
     assert audit(EP)[1] == [], "the genuine record holds"
-    ep = decode_episode(forged(FORGERIES[what]))  # a valid file: the digest matches
+    data = forged(FORGERIES[what])
+    ep = decode_episode(data)  # a valid file: the digest matches
     _, problems = audit(ep)
     assert problems, f"forging {what} went unnoticed"
+    (tmp_path / "ep.msgpack").write_bytes(data)  # and replayed from the file as it is read
+    assert audit(open_episode(tmp_path / "ep.msgpack"))[1], f"streamed: {what} went unnoticed"
 
 
 def test_recomputing_the_answers_catches_forged_logprobs() -> None:
