@@ -29,7 +29,7 @@ import torch
 from policy.base import Policy, TrainableModel
 
 if TYPE_CHECKING:
-    from collective.train import TrainConfig
+    from collective.config import TrainConfig
 
 Weights = dict[str, torch.Tensor]
 
@@ -86,7 +86,7 @@ class TinyBackend:
 
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
         """One frozen copy per version still in use (the current and ``lag`` older)."""
-        from collective.train import VersionedPolicy
+        from collective.rollouts import VersionedPolicy
 
         self.serving = VersionedPolicy()
         for v, weights in sorted(kept.items()):
@@ -200,7 +200,7 @@ class HFBackend:
 
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
         if not self.cfg.hf_server:  # in-process: one frozen copy per version still in use
-            from collective.train import VersionedPolicy
+            from collective.rollouts import VersionedPolicy
 
             self.serving = VersionedPolicy("hf (training)")
             for v, weights in sorted(kept.items()):

@@ -530,6 +530,7 @@ def _numbers(text: str, kind: type = int) -> tuple:
 
 @command
 def cmd_study(a: argparse.Namespace) -> int:
+    from collective.config import ClusterConfig
     from collective.study import ScaleConfig, scale_study
 
     if not _have_matplotlib():  # checked now: the study draws scale.png after all its runs
@@ -547,7 +548,13 @@ def cmd_study(a: argparse.Namespace) -> int:
         targets=a.targets,
         policies=tuple(a.policies.split(",")),
     )
-    rows = scale_study(cfg, out, progress=not a.quiet)
+    cluster = ClusterConfig(
+        backend=a.cluster,
+        address=a.address,
+        rollout_workers=a.workers,
+        cpus_per_worker=a.cpus_per_worker,
+    )
+    rows = scale_study(cfg, out, progress=not a.quiet, cluster=cluster)
     for r in rows:
         print(
             json.dumps(
@@ -719,6 +726,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--policies", default="trained,untrained,random")
     st.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE")
     st.add_argument("--out", default="bench/results/city/study")
+    st.add_argument(
+        "--cluster", choices=["local", "ray"], default="local", help="ray: cells as Ray tasks"
+    )
+    st.add_argument("--address", default="", help="Ray: '' a local Ray, 'auto', 'ray://H:P'")
+    st.add_argument("--workers", type=int, default=2, help="Ray: cells at once")
+    st.add_argument("--cpus-per-worker", type=float, default=1.0, help="Ray: CPUs per cell")
     st.add_argument("--quiet", action="store_true")
 
     mm = sub.add_parser("make-model", help="build a Hugging Face model directory, offline")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collective.train import TEAM_BUCKETS, StepMetrics, read_metrics
+from collective.rundir import TEAM_BUCKETS, StepMetrics, read_metrics
 
 
 def _pyplot():  # matplotlib is an optional extra; import it only when drawing

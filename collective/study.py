@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import numpy as np
 import trio
 
 from collective.conductor import Conductor
+from collective.config import ClusterConfig
 from collective.records import Dropped, Episode, EpisodeConfig, Posted
 from policy.base import Policy
 from policy.latency import latency_preset
@@ -80,6 +81,7 @@ def time_to(ep: Episode, target: float) -> float | None:
 
 
 def _policies(cfg: ScaleConfig) -> dict[str, Policy]:
+    """The study's policies by name, built from ``cfg.checkpoint`` (the random one needs none)."""
     from policy.tiny import TinyModel, TinyPolicy
     from policy.uniform import RandomPolicy
 
@@ -164,14 +166,29 @@ def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
     )
 
 
-def scale_study(cfg: ScaleConfig, out: Path | None = None, progress: bool = True) -> list[ScaleRow]:
+def scale_study(
+    cfg: ScaleConfig,
+    out: Path | None = None,
+    progress: bool = True,
+    cluster: ClusterConfig | None = None,
+) -> list[ScaleRow]:
+    """Every (policy, agent count) cell, in order; with a Ray ``cluster``, the cells run as Ray
+    tasks spread over its workers (``collective.cluster.study_cells``), with the same results
+    (each cell is one conductor over its seeds, wherever it runs; only ``wall_seconds`` differs).
+    """
     from tqdm import tqdm
 
     policies = _policies(cfg)
     rows: list[ScaleRow] = []
     jobs = [(name, n) for n in cfg.agents for name in policies]
-    for name, n in tqdm(jobs, disable=not progress, desc="scale", unit="cell"):
-        rows.append(cell(cfg, name, policies[name], n))
+    if cluster is not None and cluster.backend == "ray":
+        from collective.cluster import study_cells
+
+        cells: Iterable[ScaleRow] = study_cells(cfg, jobs, cluster)
+    else:
+        cells = (cell(cfg, name, policies[name], n) for name, n in jobs)
+    for row in tqdm(cells, total=len(jobs), disable=not progress, desc="scale", unit="cell"):
+        rows.append(row)
         if out is not None:  # keep what is done: a long study shows its results as it goes
             write(cfg, rows, out, plots=False)
     if out is not None:

@@ -36,6 +36,7 @@ from collective.actions import ActionSpace
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.grammar import batch_tables
 from policy.tiny import decode
+from policy.tiny.invariant import SamplingNet
 from policy.tiny.model import TinyConfig, TinyTransformer
 from policy.tokenizer import decode as detokenize
 
@@ -72,14 +73,13 @@ class TinyModel:
     kernel, which becomes a stall of a whole time slice when another process (or the learner)
     holds a core; measured here, a 4-agent episode took 31 s with two intra-op threads on a busy
     machine and 3 s with one. Chunks on separate threads never wait for each other. One
-    intra-op thread is also what keeps sampling bit-exact whatever the batch: with two, MKL
-    splits a matrix product by rows, and a row's bits depend on the row count
-    (``policy.tiny.decode``).
+    intra-op thread is also part of what keeps sampling bit-exact whatever the batch: a
+    prompt's prefill is the same kernel calls in any batch only if their thread count is too,
+    and no elementwise kernel cuts a tensor at a place that depends on its size
+    (``policy.tiny.invariant``).
     (``torch.set_num_threads`` also sets the default for threads created later; a learner that
     wants more intra-op threads sets them in its own thread.)
     """
-
-    exact_logprobs = True  # the learner recomputes the sampler's masked distribution
 
     def __init__(
         self,
@@ -230,7 +230,7 @@ class TinyModel:
 
         def run(idx: list[int]) -> list[decode.Sampled]:
             return decode.sample(
-                self.net,
+                net,
                 [fitted[i] for i in idx],
                 [requests[i].max_tokens for i in idx],
                 [requests[i].temperature for i in idx],
@@ -242,6 +242,9 @@ class TinyModel:
         pool = _sampling_threads(self.workers)
         with self.lock:
             version = self.version
+            # The weights as they are now, prepared for sampling (on a sampling thread: one
+            # intra-op thread is also the fast way for tensors this small).
+            net = pool.submit(SamplingNet, self.net).result()
             for r in requests:
                 if r.version not in (-1, version):
                     raise PolicyError(

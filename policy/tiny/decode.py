@@ -20,26 +20,14 @@ Randomness is counter-based: output token ``t`` of a request uses draw ``t + 1``
 picks a token by inverting the CDF of the masked distribution.
 
 Batch independence, bit for bit: a request's tokens and logprobs are the same floats whichever
-other requests share its batch, in any order, however the batch is chunked and threaded. Float
-arithmetic is not associative, so this needs every kernel to compute a row's result in the same
-order whatever the other rows are. Measured on torch's CPU kernels (MKL), three things decide it:
+other requests share its batch, in any order, however the batch is chunked and threaded, on any
+x86 CPU. ``sample`` runs ``policy.tiny.invariant.SamplingNet``, whose every sum that a batch could
+change (matrix products, attention's softmax) is exact; its module docstring says how and why.
+What is left here works row by row over the vocabulary (masking, softmax, log-softmax, the
+cumulative sum and search of ``_pick``), the same in any batch.
 
-- a matrix product gives each row the same bits for any number of rows >= 4 (one to three rows
-  take another kernel, which for attention's per-row products also rounds by the queries'
-  address), so every forward of ``sample`` has at least ``MIN_ROWS`` rows: filler rows where
-  fewer requests are left (a lone request is computed four times over); and attention pads
-  fewer than four heads with zero queries (``policy.tiny.model._attend_one``);
-- a reduction's rounding depends on its length, masked slots included, so a row's attention
-  must span a number of columns that depends on that row alone: each prompt is right-padded to
-  ``padded_length`` (the next multiple of ``BUCKET``), and at output step ``t`` a row attends
-  over its padded width plus ``t + 1`` columns. Rows of different widths share every other
-  kernel of a forward (``TinyTransformer.step`` attends span by span);
-- with more than one torch thread, MKL splits a product by rows and the bits depend on the row
-  count again: each sampling thread runs one (``policy.tiny.adapter``).
-
-Layer norm, softmax, cumsum, gather and searchsorted work row by row and are unaffected. The
-learner's ``score`` runs other shapes (whole sequences, no padding to a bucket), so it agrees
-with the sampled logprobs to about 1e-6, not bit for bit.
+The learner's ``score`` runs the plain float32 network, so it agrees with the sampled logprobs
+to about 1e-6, not bit for bit.
 """
 
 from __future__ import annotations
@@ -49,12 +37,11 @@ from collections.abc import Sequence
 import torch
 
 from policy.grammar import BatchTables
-from policy.tiny.model import MIN_ROWS, Cache, TinyTransformer
+from policy.tiny.invariant import SamplingNet
+from policy.tiny.model import TinyTransformer
 from policy.tokenizer import BOS, PAD
 
 _NEWLINE_LAST = b"\nlast: "
-PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward
-BUCKET = 16  # sampling right-pads every prompt to a multiple of this many tokens
 SCORE_TOKENS = 16384  # padded tokens per scoring forward
 _GOLDEN = 0x9E3779B97F4A7C15
 _C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -162,15 +149,9 @@ class Sampled:
         self.logprobs = logprobs
 
 
-def padded_length(n: int) -> int:
-    """The width a prompt of ``n`` tokens is right-padded to for sampling: the next multiple of
-    ``BUCKET``. A function of the prompt alone, so its attention shapes are too."""
-    return -(-n // BUCKET) * BUCKET
-
-
 @torch.inference_mode()
 def sample(
-    net: TinyTransformer,
+    net: SamplingNet,
     prompts: Sequence[list[int]],
     budgets: Sequence[int],
     temperatures: Sequence[float],
@@ -184,38 +165,17 @@ def sample(
     chunks large batches. Each row's tokens and logprobs are a function of that row alone (see
     the module docstring for how)."""
     n = len(prompts)
-    # Rows by padded width, so each width is one run of rows; filler rows (copies of the
-    # first, never returned) where fewer than MIN_ROWS.
-    order = sorted(range(n), key=lambda i: padded_length(len(prompts[i])))
-    order = [order[0]] * (MIN_ROWS - n) + order
-    prompts = [prompts[i] for i in order]
-    b = len(order)
-    widths = torch.tensor([padded_length(len(p)) for p in prompts], dtype=torch.int64)
     steps = max(budgets)
-    cache = net.new_cache(b, int(widths[-1]) + steps)
+    h, cache = net.prefill(prompts, steps)
     pos = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.int64)  # last prompt token
-    h = torch.empty((b, net.cfg.d_model))
-    r0 = 0
-    for r1, width in _runs(widths):
-        _prefill(
-            net,
-            prompts[r0:r1],
-            width,
-            pos[r0:r1],
-            [(k[r0:r1], v[r0:r1]) for k, v in cache],
-            h[r0:r1],
-        )
-        r0 = r1
-
-    state = starts[order]
-    remaining = torch.tensor([budgets[i] for i in order], dtype=torch.int32)
-    temps = torch.tensor([temperatures[i] for i in order], dtype=torch.float32)[:, None]
-    seed_t = seeds_tensor([seeds[i] for i in order])
-    out_tok = torch.full((b, steps), PAD, dtype=torch.int64)
-    out_lp = torch.zeros((b, steps), dtype=torch.float32)
-    length = torch.zeros(b, dtype=torch.int64)
-    rows = torch.arange(b)  # which rows the live tensors hold
-    runs = _runs(widths)
+    state = starts.clone()
+    remaining = torch.tensor(budgets, dtype=torch.int32)
+    temps = torch.tensor(temperatures, dtype=torch.float32)[:, None]
+    seed_t = seeds_tensor(seeds)
+    out_tok = torch.full((n, steps), PAD, dtype=torch.int64)
+    out_lp = torch.zeros((n, steps), dtype=torch.float32)
+    length = torch.zeros(n, dtype=torch.int64)
+    rows = torch.arange(n)  # which rows the live tensors hold
     last_position = net.cfg.context - 1
     for t in range(steps):
         was_done = tables.final[state]  # finished, not yet dropped: DONE allows anything
@@ -230,63 +190,21 @@ def sample(
         n_live = len(rows) - int(done.sum())
         if n_live == 0:
             break
-        if n_live <= 3 * len(rows) // 4 and len(rows) > MIN_ROWS:
-            # Drop finished rows (less work per step), keeping MIN_ROWS rows at least, in order.
-            keep = torch.argsort(done.to(torch.int8), stable=True)[: max(n_live, MIN_ROWS)]
-            keep = keep.sort().values
-            rows, state, remaining, temps, seed_t, pos, tok, widths = (
-                x[keep] for x in (rows, state, remaining, temps, seed_t, pos, tok, widths)
+        if n_live <= 3 * len(rows) // 4:
+            # Drop finished rows (less work per step), keeping the live ones in order.
+            keep = (~done).nonzero()[:, 0]
+            rows, state, remaining, temps, seed_t, pos, tok = (
+                x[keep] for x in (rows, state, remaining, temps, seed_t, pos, tok)
             )
-            cache = [(k[keep], v[keep]) for k, v in cache]
-            runs = _runs(widths)
-        # A finished row kept as filler may walk past the context; its output is never read.
+            cache = [(ints[keep], scales[keep]) for ints, scales in cache]
+        # A finished row not yet dropped may walk past the context; its output is never read.
         pos = (pos + 1).clamp_(max=last_position)
-        h = net.step(tok, pos, cache, [(r1, width + t + 1) for r1, width in runs])
+        h = net.step(tok, pos, cache)
     if bool((length == 0).any()):
         raise AssertionError("a row did not finish within its budget (grammar cost mask broken)")
-    out: list[Sampled | None] = [None] * n
-    for k, i in enumerate(order[b - n :], start=b - n):
-        out[i] = Sampled(out_tok[k, : length[k]].tolist(), out_lp[k, : length[k]].tolist())
-    return out  # type: ignore[return-value]  (every row was filled)
-
-
-def _runs(widths: torch.Tensor) -> list[tuple[int, int]]:
-    """Runs of equal values in ``widths`` as ``(end row, value)`` pairs."""
-    values, counts = torch.unique_consecutive(widths, return_counts=True)
-    return list(zip(counts.cumsum(0).tolist(), values.tolist(), strict=True))
-
-
-def _prefill(
-    net: TinyTransformer,
-    prompts: list[list[int]],
-    width: int,
-    last: torch.Tensor,
-    cache: Cache,
-    h: torch.Tensor,
-) -> None:
-    """Run ``prompts`` (all padded to ``width``) through the network: their keys and values
-    go to ``cache``, the final hidden state at each row's ``last`` column to ``h``.
-
-    In groups of at most PREFILL_TOKENS padded tokens (activations stay cache-sized), as even
-    as possible, each of at least MIN_ROWS rows (with filler rows where the prompts are fewer).
-    """
-    b = len(prompts)
-    parts = -(-b // max(2 * MIN_ROWS, PREFILL_TOKENS // width))
-    cols = torch.arange(width).clamp_(max=net.cfg.context - 1)  # a pad's position: never read
-    for j in range(parts):
-        g0, g1 = b * j // parts, b * (j + 1) // parts
-        fill = max(0, MIN_ROWS - (g1 - g0))
-        sel = [g0] * fill + list(range(g0, g1))
-        ids = torch.tensor(
-            [[*prompts[i], *[PAD] * (width - len(prompts[i]))] for i in sel], dtype=torch.int64
-        )
-        part = net.new_cache(len(sel), width) if fill else [(k[g0:g1], v[g0:g1]) for k, v in cache]
-        got = net.hidden(ids, cols.expand(len(sel), width), part, last[sel])
-        h[g0:g1] = got[fill:]
-        if fill:
-            for (k, v), (pk, pv) in zip(cache, part, strict=True):
-                k[g0:g1, :width] = pk[fill:]
-                v[g0:g1, :width] = pv[fill:]
+    return [
+        Sampled(out_tok[k, : length[k]].tolist(), out_lp[k, : length[k]].tolist()) for k in range(n)
+    ]
 
 
 # -- scoring (the learner's side) -------------------------------------------------------------

@@ -13,15 +13,16 @@ every row's whole key/value cache, and one shared key/value head makes that cach
 memory traffic) four times smaller.
 
 One network, two ways to run it: ``hidden`` over whole right-padded sequences with a causal mask
-(what the learner differentiates, and sampling's prefill, which also fills a key/value cache),
-and ``step``, one new token per row against that cache (sampling's decode). Both compute the
-same function; the tests hold them to it.
+in float32 (what the learner differentiates), and ``policy.tiny.invariant.SamplingNet``, which
+samples with the same weights so that a request's tokens and logprobs are the same bits in any
+batch (each prompt prefilled on its own in float32, then one new token per row for all rows at
+once with every product exact in fixed point). The tests hold the two to the same function, to
+about 1e-6.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import msgspec
 import torch
@@ -55,14 +56,6 @@ class TinyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
-
-
-#: Rows a matrix product needs for MKL to round each row the same whatever the others: with
-#: fewer, it takes other kernels (measured on torch 2.13's CPU build; see policy.tiny.decode).
-MIN_ROWS = 4
-
-#: A key/value cache: per layer, (keys, values), each (batch, positions, head_dim).
-Cache = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 class Block(nn.Module):
@@ -115,27 +108,15 @@ class TinyTransformer(nn.Module):
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def new_cache(self, batch: int, positions: int) -> Cache:
-        shape = (batch, positions, self.cfg.head_dim)
-        # Zeros, not garbage: a hidden column still enters the arithmetic (score + bias, weight
-        # 0 times value), and uninitialised memory may hold NaN, which would spread.
-        return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(self.cfg.n_layers)]
-
     def hidden(
         self,
         ids: torch.Tensor,
         pos: torch.Tensor,
-        cache: Cache | None = None,
-        last: torch.Tensor | None = None,
         select: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Final hidden states of right-padded sequences ``ids`` (batch, n) at positions ``pos``,
         with causal attention within them (pads come last, so no real token sees one).
 
-        With ``cache``, every layer's keys and values are also written to its first n columns.
-        With ``last`` (batch,), only column ``last[r]`` of row r is wanted: the result is
-        (batch, d_model), and the final block runs its queries, projection and feed-forward at
-        that column alone (the prefill of sampling, where nothing else is ever read).
         With ``select`` (rows, columns), only those N cells are wanted: the result is (N,
         d_model), and the final block's projection and feed-forward run there alone (what the
         learner scores: the positions that predict output tokens, a fraction of each sequence).
@@ -145,23 +126,7 @@ class TinyTransformer(nn.Module):
         heads, dh = self.cfg.n_heads, self.cfg.head_dim
         x = self.tok(ids) + self.pos(pos)
         for i, blk in enumerate(self.blocks):
-            if last is not None and i == len(self.blocks) - 1:
-                # Keys and values everywhere (the cache needs them), the rest at `last` only.
-                rows = torch.arange(b)
-                h = blk.ln1(x)
-                w, bias = blk.qkv.weight, blk.qkv.bias
-                d = self.cfg.d_model
-                k, v = F.linear(h, w[d:], bias[d:]).split((dh, dh), dim=-1)
-                q = F.linear(h[rows, last], w[:d], bias[:d])
-                if cache is not None:
-                    cache[i][0][:, :n] = k
-                    cache[i][1][:, :n] = v
-                a = _attend_one(q.view(b, heads, dh), k, v, _hide_after(last, n))
-                return self.ln_f(blk.finish(x[rows, last], a.reshape(b, -1)))
             q, k, v = blk.qkv_split(x)
-            if cache is not None:
-                cache[i][0][:, :n] = k
-                cache[i][1][:, :n] = v
             a = F.scaled_dot_product_attention(
                 q.view(b, n, heads, dh).transpose(1, 2),
                 k[:, None],
@@ -175,73 +140,6 @@ class TinyTransformer(nn.Module):
             x = blk.finish(x, a)
         return self.ln_f(x)
 
-    def step(
-        self,
-        ids: torch.Tensor,
-        pos: torch.Tensor,
-        cache: Cache,
-        spans: Sequence[tuple[int, int]] | None = None,
-    ) -> torch.Tensor:
-        """One new token per row: ``ids`` and ``pos`` are (batch,); row r's token goes to
-        cache column ``pos[r]`` and attends to columns ``0..pos[r]``. Returns (batch, d_model).
-
-        A row's attention runs over a fixed number of cache columns, those after ``pos[r]``
-        masked: by default ``max(pos) + 1`` for every row. ``spans`` sets them per run of
-        consecutive rows instead, as ``(end row, columns)`` pairs in row order; a caller that
-        needs each row's result independent of the other rows makes the columns a function of
-        the row alone (a softmax over more masked slots rounds differently). Everything else
-        is one batched kernel over all rows.
-        """
-        b = ids.shape[0]
-        heads, dh = self.cfg.n_heads, self.cfg.head_dim
-        if spans is None:
-            spans = [(b, int(pos.max()) + 1)]
-        cuts, r0 = [], 0
-        for r1, width in spans:
-            cuts.append((r0, r1, width))
-            r0 = r1
-        hides = [_hide_after(pos[r0:r1], width) for r0, r1, width in cuts]
-        rows = torch.arange(b)
-        x = self.tok(ids) + self.pos(pos)
-        for blk, (keys, values) in zip(self.blocks, cache, strict=True):
-            q, k, v = blk.qkv_split(x)
-            keys[rows, pos] = k
-            values[rows, pos] = v
-            q = q.view(b, heads, dh)
-            parts = [
-                _attend_one(q[r0:r1], keys[r0:r1, :w], values[r0:r1, :w], hide)
-                for (r0, r1, w), hide in zip(cuts, hides, strict=True)
-            ]
-            a = parts[0] if len(parts) == 1 else torch.cat(parts)
-            x = blk.finish(x, a.reshape(b, -1))
-        return self.ln_f(x)
-
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits from final hidden states (the head is the tied embedding)."""
         return hidden @ self.tok.weight.T
-
-
-def _hide_after(last: torch.Tensor, width: int) -> torch.Tensor:
-    """An additive attention bias (batch, 1, width): 0 at columns ``<= last[r]``, -1e30 after
-    (finite, so a hidden column adds exactly 0 weight and never a NaN)."""
-    hidden = torch.arange(width)[None, :] > last[:, None]
-    return hidden.to(torch.float32).mul_(-1e30)[:, None, :]
-
-
-def _attend_one(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, hide: torch.Tensor
-) -> torch.Tensor:
-    """One query position per row: q (batch, heads, head_dim) against keys and values (batch,
-    positions, head_dim), plus the bias ``hide`` (batch, 1, positions). Two batched matrix
-    products read each row's keys and values once for all heads.
-
-    Each product has one matrix per row, with a row per head. With fewer than four such rows,
-    MKL takes a kernel whose rounding depends on where the queries lie in memory (measured:
-    their address modulo 16 bytes), hence on the row's place in the batch; so fewer than four
-    heads are padded with zero queries, and sampling stays batch-independent whatever the
-    shape (``policy.tiny.decode``)."""
-    b, heads, dh = q.shape
-    if heads < MIN_ROWS:
-        q = torch.cat([q, q.new_zeros((b, MIN_ROWS - heads, dh))], dim=1)
-    scores = torch.baddbmm(hide, q, keys.transpose(1, 2), alpha=dh**-0.5)
-    return torch.bmm(torch.softmax(scores, dim=-1), values)[:, :heads]

@@ -1,0 +1,519 @@
+"""Rollouts on a Ray cluster: the same conductor, in Ray actors, fed by step.
+
+``RayRollouts`` is the ``Rollouts`` of ``[cluster] backend = "ray"``. Each of
+``rollout_workers`` :class:`RolloutWorker` actors (``cpus_per_worker`` Ray CPUs each) runs a
+trio conductor over its share of a step's episodes, batching at quiescence inside the worker as
+the local path does, and streams each episode back as it finishes (a Ray streaming generator);
+the training process saves it in the run directory and buffers it for its step, exactly as
+``LocalRollouts`` does.
+
+Same science, any placement: a step's episodes are dealt to workers round-robin, but an episode
+is a function of its config (seeds from the run's seed, group and member) and the weights of the
+policy version it is pinned to, which the worker pulls by version from Ray's object store (put
+there once per version by the training process), so which worker ran it, and when it finished,
+changes nothing; the learner consumes whole steps in group order, as locally.
+
+Faults: a worker that dies (``ray.kill``, SIGKILL, its node lost) is replaced by a fresh actor,
+and the episodes of its shares that had not finished run again from their seeds there (the
+finished ones are already saved): every episode is used once. A worker that dies twice in a row
+without finishing an episode stops the run with an error rather than loop. Ctrl-C cancels the
+trio run; leaving ``running`` kills the workers (and stops a Ray this run started).
+
+Ray is an optional extra (``pip install 'collective[ray]'``) imported only here, and only when
+a run asks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from collective.config import ClusterConfig, TrainConfig
+from collective.log import get_logger
+from collective.records import Episode, EpisodeConfig, decode_episode, episode_file_bytes
+from collective.rollouts import Rollouts, VersionedPolicy, team_config
+from collective.rundir import RunDir
+
+log = get_logger("collective.cluster")
+
+Share = list[tuple[int, int, EpisodeConfig]]  # (group, member, config) of one worker's share
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(
+            "cluster.backend = 'ray' needs Ray: pip install 'collective[ray]'"
+        ) from None
+    return ray
+
+
+def connect(cluster: ClusterConfig) -> bool:
+    """Join the cluster at ``cluster.address``, or start a local Ray (``""``: this machine's
+    CPUs, as Ray counts them, and no dashboard); True if this call started Ray (the caller then
+    shuts it down). An address that does not answer is one line of error, not a hang."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    if cluster.address:
+        _check_reachable(cluster.address)  # ray.init retries an address that is not there for ever
+    try:
+        if cluster.address:
+            ray.init(address=cluster.address, **kw)
+        else:
+            ray.init(**kw)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
+        where = cluster.address or "a local Ray"
+        raise ValueError(
+            f"cluster.address {where!r}: cannot connect to Ray ({_one_line(e)})"
+        ) from None
+    return not cluster.address
+
+
+def _check_reachable(address: str) -> None:
+    if address == "auto":  # Ray finds the cluster this node belongs to, or says there is none
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(
+            f"cluster.address {address!r}: expected '' (a local Ray), 'auto', 'HOST:PORT' or "
+            "'ray://HOST:PORT'"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as e:
+        raise ValueError(
+            f"cluster.address {address!r}: no Ray answers there ({e.strerror or e}); start one "
+            "with `ray start --head` or fix the address"
+        ) from None
+
+
+def check_resources(cluster: ClusterConfig, learner_cpus: float = 0.0) -> None:
+    """The cluster must hold the workers (and the learner's GPUs) it is asked for: Ray would
+    otherwise leave them pending forever."""
+    ray = import_ray()
+    have = ray.cluster_resources()
+    if cluster.learner_gpus > have.get("GPU", 0.0) + 1e-9:
+        raise ValueError(
+            f"cluster.learner_gpus = {cluster.learner_gpus:g}, but the Ray cluster has "
+            f"{have.get('GPU', 0.0):g} GPUs"
+        )
+    want_cpus = cluster.rollout_workers * cluster.cpus_per_worker + learner_cpus
+    if want_cpus > have.get("CPU", 0.0) + 1e-9:
+        learner = f" and the learner's {learner_cpus:g}" if learner_cpus else ""
+        raise ValueError(
+            f"cluster: {cluster.rollout_workers} rollout_workers x cpus_per_worker "
+            f"{cluster.cpus_per_worker:g}{learner} need {want_cpus:g} CPUs, but the Ray cluster "
+            f"has {have.get('CPU', 0.0):g}"
+        )
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {(lines or [''])[0][:300]}"
+
+
+class RolloutWorker:
+    """A Ray actor: one trio conductor over the episodes it is sent, the policy a copy of the
+    trained model, one per live version, its weights pulled from the object store by version.
+
+    (Decorated with ``ray.remote`` when a run starts, so that importing this module does not
+    import Ray.)"""
+
+    def __init__(self, cfg: TrainConfig, concurrency: int) -> None:
+        import torch
+
+        from collective.backend import make_backend
+
+        torch.set_num_threads(1)  # a worker is a conductor: one core's worth of policy batches
+        self.cfg = cfg
+        self.concurrency = concurrency
+        # The run directory is the training process's; a worker writes nothing there.
+        self.backend = make_backend(cfg, _nowhere())
+        self.base: Any = None  # the starting model: the frozen sub-agents' and hf copies' base
+        self.frozen: Any = None
+        self.serving = VersionedPolicy(f"{cfg.backend} (training)")
+
+    def check(self) -> str:
+        """Build what every episode needs here (the world of each team size, the starting
+        model), so that a node that lacks a world file says so before training starts."""
+        from collective.organisation import make_organisation
+        from collective.registry import check_runnable
+
+        cfg = self.cfg
+        for g in range(len(cfg.team_sizes)):
+            check_runnable(team_config(cfg, g, 0, 0))
+        self.base = self.backend.fresh() if not cfg.init else self.backend.load(cfg.init)
+        if make_organisation(cfg.org).name == "orchestrator":
+            self.frozen = self.backend.frozen(self.base)
+        return socket.gethostname()
+
+    def pid(self) -> int:
+        """The worker's process id (the tests kill it)."""
+        return os.getpid()
+
+    def _policy(self, weights: Any, version: int) -> Any:
+        if self.cfg.backend == "tiny":
+            return self.backend._policy(weights, version)
+        return self.backend._policy(self.base, weights, version)
+
+    def run(self, share: Share, weights: dict[int, Any]) -> Iterator[tuple[Any, ...]]:
+        """Run a share of a step's episodes, yielding ``("episode", group, member, file
+        bytes)`` as each finishes, then ``("batches", batches, requests)`` (its policy
+        batching). ``weights`` maps each version the share is pinned to, to its object ref."""
+        import ray
+
+        from collective.conductor import Conductor
+
+        for v in sorted(set(weights) - set(self.serving.policies)):
+            self.serving.publish(v, self._policy(ray.get(weights[v]), v), keep=self.cfg.lag)
+        policies: Any = self.serving
+        if self.frozen is not None:
+            policies = {"trained": self.serving, "frozen": self.frozen}
+        conductor = Conductor(policies)
+        keys = {c.sample_seed: (g, i) for g, i, c in share}
+        out: queue.Queue[tuple[Any, ...]] = queue.Queue()
+
+        def play() -> None:  # trio in a thread: a generator cannot yield from inside trio.run
+            def emit(ep: Episode) -> None:
+                out.put(("episode", *keys[ep.config.sample_seed], episode_file_bytes(ep)))
+
+            configs = [c for _, _, c in share]
+            try:
+                trio.run(lambda: conductor.play(configs, concurrency=self.concurrency, emit=emit))
+                stats = conductor.batch_stats
+                out.put(("batches", stats.batches, stats.requests))
+            except BaseException as e:
+                out.put(("error", e))
+
+        threading.Thread(target=play, daemon=True, name="conductor").start()
+        while True:
+            item = out.get()
+            if item[0] == "error":
+                raise item[1]
+            yield item
+            if item[0] == "batches":
+                return
+
+
+def _nowhere() -> Any:
+    from pathlib import Path
+
+    return Path("/nonexistent-run-dir")
+
+
+class RayRollouts(Rollouts):
+    """Episodes run by Ray actors, a share of each step per worker; see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run: RunDir,
+        first_step: int,
+        backend: Any,
+        serving_weights: dict[int, Any],
+    ) -> None:
+        super().__init__(cfg, run, first_step)
+        if not backend.pinned:
+            raise ValueError(
+                "cluster.backend = 'ray' runs pinned policies (backend = 'tiny', or 'hf' with "
+                "hf_server = ''); an SGLang fleet (hf_server = 'sglang:...') is not supported "
+                "on Ray yet"
+            )
+        self.cluster = cfg.cluster
+        self.ray = import_ray()
+        self.started_ray = False
+        self.initial_weights = serving_weights
+        self.refs: dict[int, Any] = {}  # version -> object ref of its weights
+        self.latest = first_step  # the newest version published
+        self.next_step = first_step  # the first step not yet dealt to workers
+        self.workers: list[Any] = []
+        self.generation: list[int] = []  # bumped on every replacement of worker k
+        self.replaced = 0  # workers replaced after dying (for the log and the tests)
+        self.batches = self.requests = 0  # the workers' policy batches, summed
+        self._actor: Any = None
+        self._nursery: trio.Nursery | None = None
+        self.concurrency = max(1, cfg.concurrency // cfg.cluster.rollout_workers)
+        self._waiting: trio.CapacityLimiter | None = None
+
+    @property
+    def batch_mean(self) -> float:
+        """Mean policy batch size over the workers' finished shares."""
+        return self.requests / self.batches if self.batches else 0.0
+
+    # -- start and stop -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect (or start Ray), check resources, start the workers and have each build what
+        its episodes need: every way this can fail is a one-line ValueError, before training."""
+        c = self.cluster
+        self.started_ray = connect(c)
+        try:
+            check_resources(c)
+            self._actor = self.ray.remote(RolloutWorker)
+            self.workers = [self._new_worker() for _ in range(c.rollout_workers)]
+            self.generation = [0] * c.rollout_workers
+            for k, w in enumerate(self.workers):
+                self._checked(k, w)
+            for v, w in self.initial_weights.items():
+                self.refs[v] = self.ray.put(w)
+        except BaseException:
+            self.close()
+            raise
+
+    def _new_worker(self) -> Any:
+        return self._actor.options(num_cpus=self.cluster.cpus_per_worker).remote(
+            self.cfg, self.concurrency
+        )
+
+    def _checked(self, k: int, worker: Any) -> str:
+        try:
+            return self.ray.get(worker.check.remote(), timeout=600)
+        except self.ray.exceptions.RayTaskError as e:
+            cause = e.cause if isinstance(e.cause, BaseException) else e
+            raise ValueError(f"rollout worker {k}: {_one_line(cause).split(': ', 1)[1]}") from None
+        except self.ray.exceptions.RayActorError as e:  # it failed to start at all
+            raise ValueError(f"rollout worker {k} could not start: {_one_line(e)}") from None
+        except self.ray.exceptions.GetTimeoutError:
+            raise ValueError(
+                f"rollout worker {k} did not start within 600 s (is the cluster short of "
+                "resources?)"
+            ) from None
+
+    def close(self) -> None:
+        for w in self.workers:
+            with contextlib.suppress(Exception):  # already dead, or Ray down: nothing to stop
+                self.ray.kill(w)
+        self.workers = []
+        if self.started_ray and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.started_ray = False
+
+    # -- the seam -------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[RayRollouts]:
+        # The threads that wait on workers' streams have their own limiter: trio's default one
+        # (40 threads) is shared with the learner's thread, which must never wait behind them.
+        self._waiting = trio.CapacityLimiter(1_000_000)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._deal()
+                yield self
+                nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            self.close()
+
+    async def publish(self, version: int, weights: Any) -> None:
+        self.refs[version] = self.ray.put(weights)
+        self.latest = version
+        for v in [v for v in self.refs if v < version - self.cfg.lag]:
+            del self.refs[v]  # no episode still to run is pinned to it
+        self._deal()
+
+    # -- dealing steps to workers ---------------------------------------------------------------
+
+    def _deal(self) -> None:
+        """Deal every step whose episodes' version exists, round-robin over the workers."""
+        cfg = self.cfg
+        B, G, N = cfg.groups_per_step, cfg.group_size, self.cluster.rollout_workers
+        while self.next_step < cfg.steps and self.latest >= max(0, self.next_step - cfg.lag):
+            step = self.next_step
+            self.next_step += 1
+            version = max(0, step - cfg.lag) if cfg.sync == "pinned" else self.latest
+            todo: Share = [
+                (g, i, team_config(cfg, g, i, version))
+                for g in range(step * B, (step + 1) * B)
+                for i in range(G)
+                if (g, i) not in self.on_disk
+            ]
+            assert self._nursery is not None
+            for k in range(N):
+                if todo[k::N]:
+                    self._nursery.start_soon(self._drive, k, todo[k::N])
+
+    async def _drive(self, k: int, share: Share) -> None:
+        """Run a share on worker k until every episode of it has finished, replacing the
+        worker if it dies and running what it had not finished on the new one."""
+        left = {(g, i): c for g, i, c in share}
+        fruitless = 0
+        while left:
+            worker, gen = self.workers[k], self.generation[k]
+            versions = {c.policy_version for c in left.values()}
+            refs = {v: self.refs[v] for v in versions}
+            before = len(left)
+            try:
+                await trio.to_thread.run_sync(
+                    self._stream,
+                    worker,
+                    [(g, i, c) for (g, i), c in left.items()],
+                    refs,
+                    left,
+                    abandon_on_cancel=True,
+                    limiter=self._waiting,
+                )
+            except self.ray.exceptions.RayActorError as e:
+                fruitless = 0 if len(left) < before else fruitless + 1
+                if fruitless >= 2:
+                    raise RuntimeError(
+                        f"rollout worker {k} died twice running the same episodes without "
+                        f"finishing one ({_one_line(e)})"
+                    ) from None
+                if self.generation[k] == gen:  # the first of its shares to notice replaces it
+                    await self._replace(k, e)
+
+    async def _replace(self, k: int, why: BaseException) -> None:
+        self.generation[k] += 1
+        self.replaced += 1
+        log.warning("rollout worker died; replacing it", worker=k, why=_one_line(why))
+        with contextlib.suppress(Exception):  # it is dead already, as a rule
+            self.ray.kill(self.workers[k])
+        self.workers[k] = self._new_worker()
+        await trio.to_thread.run_sync(self._checked, k, self.workers[k], abandon_on_cancel=True)
+
+    def _stream(
+        self,
+        worker: Any,
+        share: Share,
+        refs: dict[int, Any],
+        left: dict[tuple[int, int], EpisodeConfig],
+    ) -> None:
+        """(In a thread.) Receive a share's episodes as the worker finishes them; each is saved
+        and buffered by the trio side before the next is taken."""
+        for ref in worker.run.options(num_returns="streaming").remote(share, refs):
+            item = self.ray.get(ref)
+            if item[0] == "batches":
+                self.batches += item[1]
+                self.requests += item[2]
+                continue
+            _, g, i, data = item
+            ep = decode_episode(data, f"episode g{g}-r{i} from a rollout worker")
+            trio.from_thread.run(self.finished, g, i, ep)
+            left.pop((g, i), None)
+
+
+# -- the learner where the GPU is ---------------------------------------------------------------
+
+
+class LearnerHost:
+    """A Ray actor holding ``learner_gpus`` GPUs that runs the training loop itself: the learner
+    on its GPU, the run directory on its node, the rollout workers started from it. (Decorated
+    with ``ray.remote`` when a run starts.)"""
+
+    def train(
+        self, cfg: TrainConfig, run_dir: str, resume: bool, stop_after: int | None
+    ) -> list[bytes]:
+        import msgspec
+
+        from collective.train import train
+
+        rows = train(cfg, run_dir, resume=resume, progress=False, stop_after=stop_after, here=True)
+        return [msgspec.json.encode(r) for r in rows]
+
+
+def train_on_learner_node(
+    cfg: TrainConfig,
+    run_dir: str,
+    *,
+    resume: bool,
+    stop_after: int | None,
+    gpus: float | None = None,
+) -> list[bytes]:
+    """Run ``train`` in a :class:`LearnerHost` actor placed on a node with ``gpus`` GPUs
+    (``cluster.learner_gpus``; Ray's ``num_gpus``), and wait for it. If the actor dies, the run
+    stops as it stood at its last finished step, which ``--resume`` continues."""
+    ray = import_ray()
+    gpus = cfg.cluster.learner_gpus if gpus is None else gpus
+    started = connect(cfg.cluster)
+    try:
+        check_resources(cfg.cluster, learner_cpus=1.0)
+        host = (
+            ray.remote(LearnerHost)
+            .options(num_gpus=gpus, num_cpus=1, name=LEARNER_NAME, max_restarts=0)
+            .remote()
+        )
+        try:
+            return ray.get(host.train.remote(cfg, run_dir, resume, stop_after))
+        except ray.exceptions.RayActorError as e:
+            raise LearnerDied(
+                f"the learner actor died ({_one_line(e)}); the run stopped at its last finished "
+                "step"
+            ) from None
+        except ray.exceptions.RayTaskError as e:
+            cause = e.cause if isinstance(e.cause, BaseException) else e
+            if isinstance(cause, ValueError):  # a check that failed on the learner's node
+                raise ValueError(str(cause)) from None
+            raise
+        finally:  # done, failed or Ctrl-C: the actor goes (its last finished step is on disk)
+            with contextlib.suppress(Exception):
+                ray.kill(host)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+LEARNER_NAME = "collective-learner"
+
+
+class LearnerDied(RuntimeError):
+    """The learner actor was lost; the run directory holds a resumable state."""
+
+
+# -- the scale study's cells over workers -------------------------------------------------------
+
+
+def _study_cell(cfg: Any, name: str, n: int, checkpoint: bytes | None) -> Any:
+    """(A Ray task.) One cell of the scale study, its policy built here from the checkpoint's
+    bytes (the node running it need not have the file)."""
+    import tempfile
+
+    import msgspec
+    import torch
+
+    from collective.study import _policies, cell
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        if checkpoint is not None:
+            path = os.path.join(tmp, "policy.pt")
+            with open(path, "wb") as f:
+                f.write(checkpoint)
+            cfg = msgspec.structs.replace(cfg, checkpoint=path)
+        policy = _policies(msgspec.structs.replace(cfg, policies=(name,)))[name]
+        return cell(cfg, name, policy, n)
+
+
+def study_cells(cfg: Any, jobs: list[tuple[str, int]], cluster: ClusterConfig) -> Iterator[Any]:
+    """The scale study's cells as Ray tasks, ``cluster.rollout_workers`` at a time with
+    ``cpus_per_worker`` CPUs each, yielded in job order as they complete."""
+    from pathlib import Path
+
+    ray = import_ray()
+    started = connect(cluster)
+    try:
+        check_resources(cluster)
+        blob = Path(cfg.checkpoint).read_bytes() if cfg.checkpoint else None
+        task = ray.remote(_study_cell).options(num_cpus=cluster.cpus_per_worker, max_retries=3)
+        ckpt = ray.put(blob)
+        refs: list[Any] = []
+        for k, (name, n) in enumerate(jobs):
+            refs.append(task.remote(cfg, name, n, ckpt))
+            if k + 1 >= cluster.rollout_workers:  # a window: as many cells in flight as workers
+                yield ray.get(refs[k + 1 - cluster.rollout_workers])
+        for ref in refs[max(0, len(jobs) - cluster.rollout_workers + 1) :]:
+            yield ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()

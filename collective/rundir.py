@@ -1,0 +1,278 @@
+"""The run directory: what a training run writes, and how a stopped run picks up again.
+
+::
+
+    RUN/config.toml         the config as used (every field): the run is reproducible from it
+    RUN/metrics.jsonl       one StepMetrics line per finished step
+    RUN/ledger.jsonl        one Ledger line per finished step: the episode files it used or dropped
+    RUN/checkpoints/        the backend's latest (and step-N snapshots), train-state.pt for resume
+    RUN/episodes/           every finished episode, g{group}-r{member}.msgpack, replayable
+    RUN/plots/
+
+Invariants a resume relies on: an episode file is written (atomically) before anyone uses it;
+a step's metrics line, ledger line and checkpoint are written together or not at all (Ctrl-C
+waits for them); a resume keeps the lines of the steps before the checkpoint's and the episode
+files of the groups after it, so it continues exactly where the uninterrupted run would be.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import torch
+import trio
+
+from collective.config import TrainConfig, dump_config
+from collective.records import Episode, load_episode, save_episode
+
+TEAM_BUCKETS = ("solo", "2", "3", "4", "5-8", "9+")
+
+
+def bucket(team: int) -> str:
+    if team == 1:
+        return "solo"
+    if team <= 4:
+        return str(team)
+    return "5-8" if team <= 8 else "9+"
+
+
+class StepMetrics(msgspec.Struct, kw_only=True):
+    """One line of metrics.jsonl: the signs of life of one training step."""
+
+    step: int
+    version: int  # the learner's version after this step
+    time_limit: float
+    episodes: int
+    return_mean: float
+    return_min: float
+    return_max: float
+    score_mean: float
+    duration_mean: float  # simulated seconds per episode
+    output_tokens: int
+    useful_tokens_mean: float  # output tokens of turns acting on the world, per rollout
+    useful_average: float  # the environment's running average of that, over all steps so far
+    useful_rel: dict[str, float]  # by team size: useful tokens per rollout / running average
+    comm_tokens_per_hour: float  # message and post tokens per simulated hour
+    staleness_mean: float
+    staleness_max: int
+    dropped_stale: int
+    downweighted: int
+    loss: float
+    clip_fraction: float
+    ratio_mean: float
+    entropy: float
+    kl: float
+    grad_norm: float
+    trained_tokens: float
+    # Wall-clock figures: the only fields a re-run with the same config does not reproduce (how
+    # many rollouts share a policy batch depends on when the learner frees the CPU).
+    learner_tokens_per_s: float
+    learner_seconds: float
+    rollout_batch_mean: float
+    wall_time: float  # seconds since the run (or its resumption) began
+
+
+class Ledger(msgspec.Struct):
+    """Which episode files a step consumed: every finished episode is used once, or dropped
+    as stale, and this file says which."""
+
+    step: int
+    used: list[str]
+    dropped: list[str]
+
+
+class TrainState(msgspec.Struct):
+    """What resuming needs besides the weights: where the run is."""
+
+    step: int  # the next step to run
+    useful_sum: float
+    useful_n: int
+    elapsed: float  # wall seconds spent before this (re)start
+
+
+def episode_name(group: int, member: int) -> str:
+    return f"g{group:06d}-r{member:02d}.msgpack"
+
+
+def episode_key(name: str) -> tuple[int, int] | None:
+    """``(group, member)`` of a file named by :func:`episode_name`; None for any other name."""
+    m = re.fullmatch(r"g(\d+)-r(\d+)\.msgpack", name)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def read_metrics(run_dir: str | Path) -> list[StepMetrics]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise ValueError(f"{run_dir}: no metrics.jsonl (is it a run directory?)")
+    return [
+        msgspec.json.decode(ln, type=StepMetrics) for ln in path.read_bytes().splitlines() if ln
+    ]
+
+
+class RunDir:
+    """One run's directory. Checks come first (``check``, ``restore``), writing after
+    (``create``), so a start that fails leaves nothing behind."""
+
+    def __init__(self, path: str | Path, cfg: TrainConfig) -> None:
+        self.path = Path(path)
+        self.cfg = cfg
+        self.episodes = self.path / "episodes"
+        self.checkpoints = self.path / "checkpoints"
+        self.state_path = self.checkpoints / "train-state.pt"
+        # The outermost folder this run makes: removed again if the run fails before it has
+        # kept anything (a failed start leaves nothing behind).
+        self.made = next(
+            (p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None
+        )
+
+    def check(self, resume: bool) -> None:
+        """A new run needs an empty (or absent) writable folder; a resumed one its config."""
+        from collective.outputs import check_dir
+
+        if resume:
+            if not (self.path / "config.toml").is_file():
+                raise ValueError(f"{self.path}: no run to resume (no config.toml)")
+            return
+        check_dir(self.path, "run directory")
+        if self.path.exists() and any(self.path.iterdir()):
+            raise ValueError(
+                f"{self.path} already holds a run; resume it with --resume or pick --out"
+            )
+
+    def restore(
+        self, backend: Any, model: Any, learner: Any
+    ) -> tuple[TrainState, dict[int, Any]] | None:
+        """The saved weights, optimiser and position of a run (None if it never finished a
+        step); one clear error for a state file that is truncated, corrupt, or does not fit the
+        run's config (e.g. its [model] edited)."""
+        if not self.state_path.exists():
+            return None
+        try:
+            # weights_only: a state file is data; loading one must not run pickled code.
+            saved = torch.load(self.state_path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises many kinds for a bad file; all mean the same here
+            raise ValueError(
+                f"{self.state_path}: not a readable training state (truncated or corrupt: "
+                f"{first_line(e)}); the run cannot be resumed from it"
+            ) from None
+        try:
+            backend.load_weights(model, saved["model"])
+            model.version = int(saved["version"])
+            learner.load_state(saved["learner"])
+            state = msgspec.convert(saved["state"], TrainState)
+            serving = {int(v): w for v, w in saved["serving"].items()}
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+            raise ValueError(
+                f"{self.state_path}: does not fit this run's config.toml (was [model] or the "
+                f"optimiser changed?): {first_line(e)}"
+            ) from None
+        return state, serving
+
+    def create(self, resume: bool, step: int) -> None:
+        """Make the folders, write the config (a new run), and cut what a stopped run wrote
+        after its checkpoint: half-written episode files, metrics and ledger lines of steps
+        the resume redoes."""
+        for sub in ("checkpoints", "episodes", "plots"):
+            (self.path / sub).mkdir(parents=True, exist_ok=True)
+        if not resume:
+            (self.path / "config.toml").write_text(dump_config(self.cfg))
+        for leftover in self.episodes.glob(".*.tmp"):  # a write cut short by a kill
+            leftover.unlink()
+        for name in ("metrics.jsonl", "ledger.jsonl"):
+            _write_lines(self.path / name, _lines_before(self.path / name, step))
+
+    def finished_episodes(self, first_group: int) -> dict[tuple[int, int], Episode]:
+        """Episodes already on disk for groups from ``first_group`` on: a resume uses them
+        rather than run them again."""
+        found: dict[tuple[int, int], Episode] = {}
+        for path in self.episodes.glob("g*-r*.msgpack"):
+            key = episode_key(path.name)
+            if key is not None and key[0] >= first_group:
+                found[key] = load_episode(path)
+        return found
+
+    def save_episode(self, group: int, member: int, ep: Episode) -> None:
+        save_episode(ep, self.episodes / episode_name(group, member))
+
+    def save_failed(self, group: int, member: int, ep: Episode) -> Path:
+        """An episode a world error ended: kept for the world's author, never learned from."""
+        failed = self.path / "failed" / episode_name(group, member)
+        failed.parent.mkdir(exist_ok=True)
+        save_episode(ep, failed)
+        return failed
+
+    def remove_if_unstarted(self) -> None:
+        """A new run that failed before it kept anything (no step, no episode: a policy that
+        cannot answer, a learner that fails on its first step) is removed, folders it made
+        included, so that ``--out`` can be given again. Anything kept (an episode, a failed
+        episode) stays: the run is resumable."""
+        if any(self.path.glob("*/*.msgpack")):
+            return
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
+        else:  # the folder was there, empty (checked before the run): empty it again
+            for p in self.path.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+    @trio.lowlevel.enable_ki_protection
+    def commit(
+        self,
+        metrics: StepMetrics,
+        ledger: Ledger,
+        state: TrainState,
+        checkpoint: dict[str, Any],
+        write_latest: Any,
+        logger: Any,
+    ) -> None:
+        """A finished step's records, all or none of them: Ctrl-C waits until they are written
+        (a resume then finds metrics, ledger and checkpoint in step). ``checkpoint`` is what
+        ``train-state.pt`` holds; ``write_latest(directory, snapshot)`` writes the backend's
+        own checkpoint (tiny: ``latest.pt``, usable with ``--policy tiny:PATH``)."""
+        with (self.path / "metrics.jsonl").open("ab") as f:
+            f.write(msgspec.json.encode(metrics) + b"\n")
+        if logger is not None:  # the same line, to TensorBoard or W&B
+            logger.log(metrics.step, msgspec.to_builtins(metrics))
+        with (self.path / "ledger.jsonl").open("ab") as f:
+            f.write(msgspec.json.encode(ledger) + b"\n")
+        snap = state.step % self.cfg.snapshot_every == 0 or state.step == self.cfg.steps
+        write_latest(self.checkpoints, f"step-{state.step:06d}" if snap else None)
+        tmp = self.checkpoints / "train-state.pt.tmp"
+        torch.save({**checkpoint, "state": msgspec.to_builtins(state)}, tmp)
+        tmp.replace(self.state_path)
+        if not self.cfg.keep_episodes:
+            for n in ledger.used + ledger.dropped:
+                (self.episodes / n).unlink(missing_ok=True)
+
+
+def first_line(e: BaseException) -> str:
+    """The telling line of an error from torch (its messages run to many lines)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    telling = [ln for ln in lines if "size mismatch" in ln or "Missing key" in ln]
+    return f"{type(e).__name__}: {(telling or lines or [''])[0][:300]}"
+
+
+def _write_lines(path: Path, lines: Sequence[bytes]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(line + b"\n" for line in lines))
+    tmp.replace(path)
+
+
+def _lines_before(path: Path, step: int) -> list[bytes]:
+    """The lines of a JSON-lines file whose step is before ``step`` (a resume redoes the rest;
+    a line cut short by a kill belongs to the rest)."""
+    if not path.exists():
+        return []
+    kept = []
+    for ln in path.read_bytes().splitlines():
+        try:
+            if json.loads(ln)["step"] < step:
+                kept.append(ln)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return kept

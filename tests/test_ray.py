@@ -1,0 +1,227 @@
+"""Rollouts on a real Ray cluster (a local one: 2 CPUs, no dashboard, a small object store).
+
+Same science on any placement (per-step returns and episode files as the local run), a worker
+killed mid-step (``ray.kill`` and SIGKILL of its process) replaced with nothing lost or used
+twice, and the placements refused before training starts. No GPU here: ``learner_gpus`` is
+tested only for its refusal on a cluster without GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from collective.cluster import (  # noqa: E402
+    LEARNER_NAME,
+    LearnerDied,
+    RayRollouts,
+    train_on_learner_node,
+)
+from collective.config import ClusterConfig  # noqa: E402
+from collective.study import ScaleConfig, scale_study  # noqa: E402
+from collective.train import load_config, read_metrics, train  # noqa: E402
+from policy.tiny import TinyConfig, TinyModel, save_checkpoint  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
+# configs/quick.toml, shortened to fit the suite: 3 steps of 2 groups of 3 rollouts, 60 s each.
+SHORT = [
+    "steps=3",
+    "groups_per_step=2",
+    "group_size=3",
+    "time_limit_start=60.0",
+    "time_limit_end=60.0",
+    "concurrency=6",
+    "plots=false",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024**2,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("local") / "run"
+    train(load_config(ROOT / "configs" / "quick.toml", SHORT), run, progress=False)
+    return run
+
+
+def _ray_cfg(*more: str) -> Any:
+    return load_config(ROOT / "configs" / "quick.toml", [*SHORT, "cluster.backend=ray", *more])
+
+
+def _comparable(run: Path) -> list[dict]:
+    return [
+        {k: v for k, v in msgspec.to_builtins(m).items() if k not in TIMING}
+        for m in read_metrics(run)
+    ]
+
+
+def _used(run: Path) -> list[str]:
+    lines = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines()]
+    return [n for line in lines for n in line["used"] + line["dropped"]]
+
+
+def _same_run(a: Path, b: Path) -> None:
+    assert _comparable(a) == _comparable(b)
+    names = _used(a)
+    assert names == _used(b)
+    assert len(names) == len(set(names)) == 3 * 2 * 3, "every episode used once"
+    for n in names:
+        assert (a / "episodes" / n).read_bytes() == (b / "episodes" / n).read_bytes(), n
+
+
+def test_two_workers_give_the_local_run(cluster: Any, local_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "ray"
+    train(_ray_cfg("cluster.rollout_workers=2", "cluster.cpus_per_worker=1"), run, progress=False)
+    _same_run(local_run, run)
+    assert 'backend = "ray"' in (run / "config.toml").read_text()
+
+
+def test_killed_workers_are_replaced_and_nothing_is_lost(
+    cluster: Any, local_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mid-step, worker 0 is killed through Ray and worker 1's process by SIGKILL: each is
+    replaced, their unfinished episodes run again from their seeds, and the run is the local
+    run, every episode used once."""
+    seen: list[RayRollouts] = []
+    received = 0
+    finished = RayRollouts.finished
+
+    async def finished_then_kill(self: RayRollouts, group: int, member: int, ep: Any) -> None:
+        nonlocal received
+        await finished(self, group, member, ep)
+        received += 1
+        if received == 2:
+            seen.append(self)
+            ray.kill(self.workers[0])
+        elif received == 8:
+            pid = ray.get(self.workers[1].pid.remote())
+            os.kill(pid, signal.SIGKILL)
+
+    monkeypatch.setattr(RayRollouts, "finished", finished_then_kill)
+    run = tmp_path / "ray"
+    train(_ray_cfg("cluster.rollout_workers=2", "cluster.cpus_per_worker=1"), run, progress=False)
+    assert seen and seen[0].replaced == 2
+    _same_run(local_run, run)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (["cluster.rollout_workers=3"], "3 rollout_workers x cpus_per_worker 1 need 3 CPUs"),
+        (["cluster.learner_gpus=1"], "learner_gpus = 1, but the Ray cluster has 0 GPUs"),
+        (["cluster.rollout_workers=0"], "cluster.rollout_workers must be >= 1"),
+    ],
+)
+def test_placements_that_cannot_work_are_refused_before_training(
+    cluster: Any, tmp_path: Path, setting: list[str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        train(_ray_cfg(*setting), tmp_path / "r", progress=False)
+    assert not (tmp_path / "r").exists(), "nothing written"
+
+
+def test_a_world_a_worker_cannot_import_is_refused_before_training(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A world module this process can import but the Ray workers cannot (as on a node
+    without the file): one line naming the worker and the world, before training."""
+    (tmp_path / "here_only_world.py").write_text(
+        "from worlds.tally import Tally\n\nclass Here(Tally):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"rollout worker 0: world 'here_only_world:Here'"):
+        train(_ray_cfg("world=here_only_world:Here"), tmp_path / "r", progress=False)
+    assert not (tmp_path / "r").exists()
+    sys.modules.pop("here_only_world", None)
+
+
+def test_the_learner_actor_dies_and_the_run_resumes(
+    cluster: Any, local_run: Path, tmp_path: Path
+) -> None:
+    """The learner as a Ray actor (``learner_gpus > 0``; here the same actor with ``num_gpus =
+    0``, for want of a GPU) killed after its first step: the run stops, and ``--resume``
+    continues it to exactly the local run (one rollout worker here: 1, 2, any number)."""
+    cfg = _ray_cfg("cluster.rollout_workers=1")
+    run = tmp_path / "ray"
+
+    def kill_after_the_first_step() -> None:
+        while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_bytes():
+            time.sleep(0.05)
+        ray.kill(ray.get_actor(LEARNER_NAME))
+
+    killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
+    killer.start()
+    with pytest.raises(LearnerDied, match="the learner actor died"):
+        train_on_learner_node(cfg, str(run), resume=False, stop_after=None, gpus=0)
+    killer.join()
+    assert len((run / "metrics.jsonl").read_bytes().splitlines()) < 3, "it died mid-run"
+    train(cfg, run, resume=True, progress=False)
+    _same_run(local_run, run)
+
+
+def test_the_scale_study_on_ray_is_the_local_study(cluster: Any, tmp_path: Path) -> None:
+    ckpt = save_checkpoint(
+        TinyModel.fresh(TinyConfig(d_model=32, n_heads=2, d_ff=64, context=96)),
+        tmp_path / "tiny.pt",
+    )
+    cfg = ScaleConfig(checkpoint=str(ckpt), world="tally", agents=(1, 3), seeds=2, horizon=40.0)
+    wall = {"wall_seconds"}
+    local = [msgspec.to_builtins(r) for r in scale_study(cfg, progress=False)]
+    on_ray = scale_study(cfg, progress=False, cluster=ClusterConfig(backend="ray"))
+    assert [{k: v for k, v in msgspec.to_builtins(r).items() if k not in wall} for r in on_ray] == [
+        {k: v for k, v in r.items() if k not in wall} for r in local
+    ]
+
+
+def test_ctrl_c_stops_the_cluster_work_cleanly(cluster: Any, tmp_path: Path) -> None:
+    """``collective train`` joining this Ray cluster by its address, interrupted after its
+    first step: exit 130 with the resume line, whole steps in the ledger, and the command's
+    workers gone (their CPUs free again)."""
+    run = tmp_path / "run"
+    address = ray.get_runtime_context().gcs_address
+    placement = ["cluster.backend=ray", f'cluster.address="{address}"', "cluster.rollout_workers=2"]
+    sets = [a for kv in [*SHORT, *placement] for a in ("--set", kv)]
+    cmd = [sys.executable, "-m", "collective.cli", "train", str(ROOT / "configs" / "quick.toml")]
+    p = subprocess.Popen(
+        [*cmd, "--out", str(run), *sets, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_bytes():
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()[1]
+        time.sleep(0.05)
+    assert ray.available_resources().get("CPU", 0) == 0, "its two workers hold the CPUs"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "resume with `collective train --resume" in err
+    assert len(_used(run)) == 6 * len(read_metrics(run)), "whole steps only"
+    while ray.available_resources().get("CPU", 0) < 2:
+        assert time.monotonic() < deadline, "the command's workers still hold their CPUs"
+        time.sleep(0.1)
