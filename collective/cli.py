@@ -51,6 +51,19 @@ def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
     return fn
 
 
+def _add_param(parser: argparse.ArgumentParser) -> None:
+    """``--param KEY=VALUE``, read the same way by every command that builds a world."""
+    parser.add_argument(
+        "--param",
+        type=_param,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
+        "world constructor annotates (repeatable)",
+    )
+
+
 def _param(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -615,15 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=int, default=0, help="how many agents may be hired")
     r.add_argument("--clock", choices=["virtual", "hybrid", "real"], default="virtual")
     r.add_argument("--latency", default="h200-8b", help="latency preset")
-    r.add_argument(
-        "--param",
-        type=_param,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
-        "world constructor annotates (repeatable)",
-    )
+    _add_param(r)
     r.add_argument(
         "--max-events",
         type=int,
@@ -636,15 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="check a world before training on it: bugs, determinism, learnability"
     )
     c.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
-    c.add_argument(
-        "--param",
-        type=_param,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
-        "world constructor annotates (repeatable)",
-    )
+    _add_param(c)
     c.add_argument("--agents", type=int, default=4, help="team size")
     c.add_argument("--seeds", type=int, default=3, help="world seeds (task instances)")
     c.add_argument("--rollouts", type=int, default=4, help="random-team rollouts per world seed")

@@ -341,6 +341,16 @@ class TurnEnd(msgspec.Struct, array_like=True, gc=False, forbid_unknown_fields=T
     result: str
     finished: float
 
+    def land_on(self, turn: Turn) -> None:
+        """Write this ending onto its turn (the one place a file's turn gets its outcome)."""
+        turn.tool, turn.kind, turn.ok, turn.result, turn.finished = (
+            self.tool,
+            self.kind,
+            self.ok,
+            self.result,
+            self.finished,
+        )
+
 
 class Opening(msgspec.Struct, tag="open", array_like=True, forbid_unknown_fields=True):
     """The first part of an episode file: what reproduces it."""
@@ -607,13 +617,7 @@ class _Assembler:
                 if t.kind:
                     bad = f"turn {e.index} ends twice"
                     break
-                t.tool, t.kind, t.ok, t.result, t.finished = (
-                    e.tool,
-                    e.kind,
-                    e.ok,
-                    e.result,
-                    e.finished,
-                )
+                e.land_on(t)
         if bad:
             raise EpisodeFileError(f"{self.where}: not a valid episode body: {bad}")
 
@@ -834,13 +838,7 @@ class EpisodeStream:
             for e in chunk.ends:
                 t = kept.get(e.index)
                 if t is not None:
-                    t.tool, t.kind, t.ok, t.result, t.finished = (
-                        e.tool,
-                        e.kind,
-                        e.ok,
-                        e.result,
-                        e.finished,
-                    )
+                    e.land_on(t)
         return list(kept.values())
 
     @property
