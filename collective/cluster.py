@@ -13,6 +13,17 @@ policy version it is pinned to, which the worker pulls by version from Ray's obj
 there once per version by the training process), so which worker ran it, and when it finished,
 changes nothing; the learner consumes whole steps in group order, as locally.
 
+An SGLang fleet (``hf_server = "sglang:URL,..."``): the workers hold no model; each is a client
+of the fleet over HTTP (``policy.sglang``), a *follower*: it samples a share only with the weight
+version the share was dealt at (checked in ``/model_info`` before its first batch and in every
+answer's ``weight_version``; another version's answer is waited out and sent again). The
+training process holds the learner's client: it writes each new version to disk and loads it on
+every server (pause, update_weights_from_disk, weight_version checked, continue), but only once
+every episode dealt at the version the fleet holds has come back, then deals the steps the new
+version allows. So each episode is sampled by one version, ``step - lag``, as pinned backends
+are, and the run is reproducible at any ``lag`` (the local path updates the fleet under running
+episodes when ``lag > 0``; at ``lag = 0`` the two are the same run).
+
 Faults: a worker that dies (``ray.kill``, SIGKILL, its node lost) is replaced by a fresh actor,
 and the episodes of its shares that had not finished run again from their seeds there (the
 finished ones are already saved): every episode is used once. A worker that dies twice in a row
@@ -45,6 +56,13 @@ from collective.rundir import RunDir
 log = get_logger("collective.cluster")
 
 Share = list[tuple[int, int, EpisodeConfig]]  # (group, member, config) of one worker's share
+# An SGLang fleet as a worker sees it: its client's arguments, the version to follow, its label.
+Fleet = tuple[dict[str, Any], int, str | None]
+
+
+def uses_fleet(cfg: TrainConfig) -> bool:
+    """Rollouts are sampled by an SGLang fleet (``hf_server = "sglang:..."``)."""
+    return cfg.backend == "hf" and bool(cfg.hf_server)
 
 
 def import_ray() -> Any:
@@ -138,11 +156,13 @@ class RolloutWorker:
         torch.set_num_threads(1)  # a worker is a conductor: one core's worth of policy batches
         self.cfg = cfg
         self.concurrency = concurrency
-        # The run directory is the training process's; a worker writes nothing there.
-        self.backend = make_backend(cfg, _nowhere())
+        # The run directory is the training process's; a worker writes nothing there. A worker
+        # of an SGLang fleet holds no model (nor needs the learner's device): the fleet samples.
+        self.backend = None if uses_fleet(cfg) else make_backend(cfg, _nowhere())
         self.base: Any = None  # the starting model: the frozen sub-agents' and hf copies' base
         self.frozen: Any = None
         self.serving = VersionedPolicy(f"{cfg.backend} (training)")
+        self.fleet: Any = None  # (an SGLang fleet) this worker's client of it, a follower
 
     def check(self) -> str:
         """Build what every episode needs here (the world of each team size, the starting
@@ -153,6 +173,8 @@ class RolloutWorker:
         cfg = self.cfg
         for g in range(len(cfg.team_sizes)):
             check_runnable(team_config(cfg, g, 0, 0))
+        if self.backend is None:
+            return socket.gethostname()
         self.base = self.backend.fresh() if not cfg.init else self.backend.load(cfg.init)
         if make_organisation(cfg.org).name == "orchestrator":
             self.frozen = self.backend.frozen(self.base)
@@ -163,21 +185,36 @@ class RolloutWorker:
         return os.getpid()
 
     def _policy(self, weights: Any, version: int) -> Any:
+        assert self.backend is not None
         if self.cfg.backend == "tiny":
             return self.backend._policy(weights, version)
         return self.backend._policy(self.base, weights, version)
 
-    def run(self, share: Share, weights: dict[int, Any]) -> Iterator[tuple[Any, ...]]:
+    def _follower(self, fleet: Fleet) -> Any:
+        """This worker's client of the SGLang fleet, following the version the share is
+        pinned to (see ``SGLangPolicy.follow``)."""
+        from policy.sglang import SGLangPolicy
+
+        args, version, label = fleet
+        if self.fleet is None or self.fleet.urls != tuple(args["urls"]):
+            self.fleet = SGLangPolicy(**args)
+        self.fleet.follow(version, label)
+        return self.fleet
+
+    def run(
+        self, share: Share, weights: dict[int, Any], fleet: Fleet | None = None
+    ) -> Iterator[tuple[Any, ...]]:
         """Run a share of a step's episodes, yielding ``("episode", group, member, file
         bytes)`` as each finishes, then ``("batches", batches, requests)`` (its policy
-        batching). ``weights`` maps each version the share is pinned to, to its object ref."""
+        batching). ``weights`` maps each version the share is pinned to, to its object ref;
+        with an SGLang fleet, ``fleet`` says where it is and which version to follow."""
         import ray
 
         from collective.conductor import Conductor
 
         for v in sorted(set(weights) - set(self.serving.policies)):
             self.serving.publish(v, self._policy(ray.get(weights[v]), v), keep=self.cfg.lag)
-        policies: Any = self.serving
+        policies: Any = self.serving if fleet is None else self._follower(fleet)
         if self.frozen is not None:
             policies = {"trained": self.serving, "frozen": self.frozen}
         conductor = Conductor(policies)
@@ -222,14 +259,22 @@ class RayRollouts(Rollouts):
         first_step: int,
         backend: Any,
         serving_weights: dict[int, Any],
+        model: Any = None,
     ) -> None:
         super().__init__(cfg, run, first_step)
-        if not backend.pinned:
+        if uses_fleet(cfg) and cfg.cluster.address and cfg.hf_server.startswith("sglang:launch"):
             raise ValueError(
-                "cluster.backend = 'ray' runs pinned policies (backend = 'tiny', or 'hf' with "
-                "hf_server = ''); an SGLang fleet (hf_server = 'sglang:...') is not supported "
-                "on Ray yet"
+                "hf_server = 'sglang:launch...' starts SGLang on this machine's loopback, which "
+                "the Ray cluster's other nodes cannot reach; start the servers on the GPU nodes "
+                "and give their URLs (hf_server = 'sglang:http://gpu1:30000,...')"
             )
+        self.backend, self.model = backend, model
+        self.fleet: Any = None  # (an SGLang fleet) the learner's client: it loads the weights
+        self.in_flight = 0  # episodes dealt to workers and not yet received
+        self._landed = trio.Event()  # set whenever in_flight reaches 0
+        self._updating = trio.Lock()  # fleet updates, one at a time, in version order
+        self._updates_pending = 0
+        self._updated = trio.Event()  # set whenever an update is done
         self.cluster = cfg.cluster
         self.ray = import_ray()
         self.started_ray = False
@@ -307,21 +352,57 @@ class RayRollouts(Rollouts):
         # (40 threads) is shared with the learner's thread, which must never wait behind them.
         self._waiting = trio.CapacityLimiter(1_000_000)
         try:
+            if uses_fleet(self.cfg):  # (a resumed run's fleet is given its weights here)
+                self.fleet = await self.backend.serve(self.model, {})
+                self.latest = self.fleet.version
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._deal()
                 yield self
+                # The run's last version reaches the fleet as locally, unless episodes are still
+                # out (a run stopped early): they are abandoned, and the fleet keeps its version.
+                while self.in_flight == 0 and self._updates_pending:
+                    await self._updated.wait()
                 nursery.cancel_scope.cancel()
         finally:
             self._nursery = None
             self.close()
 
     async def publish(self, version: int, weights: Any) -> None:
+        if self.fleet is not None:
+            # The weights are written now (the learner goes on changing the model); the fleet
+            # loads them once no episode is left running on the version it holds.
+            target = self.backend.weights_dir / f"v{version:06d}"
+            self.model.save(target)
+            assert self._nursery is not None
+            self._updates_pending += 1
+            self._nursery.start_soon(self._update_fleet, version, target)
+            return
         self.refs[version] = self.ray.put(weights)
         self.latest = version
         for v in [v for v in self.refs if v < version - self.cfg.lag]:
             del self.refs[v]  # no episode still to run is pinned to it
         self._deal()
+
+    async def _update_fleet(self, version: int, target: Any) -> None:
+        """Load ``version`` on every server of the fleet (pause, update_weights_from_disk,
+        checked weight_version, continue) once every episode dealt so far has come back, so
+        that each episode is sampled by the one version it was dealt at; then deal the steps
+        that version allows."""
+        import shutil
+
+        async with self._updating:
+            while self.in_flight:
+                await self._landed.wait()
+            await self.fleet.update_weights(target, version)
+            for old in self.backend.weights_dir.glob("v*"):
+                if old.name < target.name:
+                    shutil.rmtree(old, ignore_errors=True)
+            self.latest = version
+            self._updates_pending -= 1
+            self._updated.set()
+            self._updated = trio.Event()
+            self._deal()
 
     # -- dealing steps to workers ---------------------------------------------------------------
 
@@ -333,25 +414,30 @@ class RayRollouts(Rollouts):
             step = self.next_step
             self.next_step += 1
             version = max(0, step - cfg.lag) if cfg.sync == "pinned" else self.latest
+            fleet: Fleet | None = None
+            if self.fleet is not None:  # the fleet holds one version: the one it has now
+                fleet = (self.fleet.follower_args(), self.fleet.version, self.fleet.label)
+                version = -1  # in the episode's config, as locally: "what the server holds"
             todo: Share = [
                 (g, i, team_config(cfg, g, i, version))
                 for g in range(step * B, (step + 1) * B)
                 for i in range(G)
                 if (g, i) not in self.on_disk
             ]
+            self.in_flight += len(todo)
             assert self._nursery is not None
             for k in range(N):
                 if todo[k::N]:
-                    self._nursery.start_soon(self._drive, k, todo[k::N])
+                    self._nursery.start_soon(self._drive, k, todo[k::N], fleet)
 
-    async def _drive(self, k: int, share: Share) -> None:
+    async def _drive(self, k: int, share: Share, fleet: Fleet | None) -> None:
         """Run a share on worker k until every episode of it has finished, replacing the
         worker if it dies and running what it had not finished on the new one."""
         left = {(g, i): c for g, i, c in share}
         fruitless = 0
         while left:
             worker, gen = self.workers[k], self.generation[k]
-            versions = {c.policy_version for c in left.values()}
+            versions = {c.policy_version for c in left.values()} - {-1}
             refs = {v: self.refs[v] for v in versions}
             before = len(left)
             try:
@@ -360,6 +446,7 @@ class RayRollouts(Rollouts):
                     worker,
                     [(g, i, c) for (g, i), c in left.items()],
                     refs,
+                    fleet,
                     left,
                     abandon_on_cancel=True,
                     limiter=self._waiting,
@@ -388,11 +475,12 @@ class RayRollouts(Rollouts):
         worker: Any,
         share: Share,
         refs: dict[int, Any],
+        fleet: Fleet | None,
         left: dict[tuple[int, int], EpisodeConfig],
     ) -> None:
         """(In a thread.) Receive a share's episodes as the worker finishes them; each is saved
         and buffered by the trio side before the next is taken."""
-        for ref in worker.run.options(num_returns="streaming").remote(share, refs):
+        for ref in worker.run.options(num_returns="streaming").remote(share, refs, fleet):
             item = self.ray.get(ref)
             if item[0] == "batches":
                 self.batches += item[1]
@@ -401,7 +489,14 @@ class RayRollouts(Rollouts):
             _, g, i, data = item
             ep = decode_episode(data, f"episode g{g}-r{i} from a rollout worker")
             trio.from_thread.run(self.finished, g, i, ep)
-            left.pop((g, i), None)
+            if left.pop((g, i), None) is not None:
+                trio.from_thread.run_sync(self._land)
+
+    def _land(self) -> None:
+        self.in_flight -= 1
+        if not self.in_flight:
+            self._landed.set()
+            self._landed = trio.Event()
 
 
 # -- the learner where the GPU is ---------------------------------------------------------------

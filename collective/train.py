@@ -315,7 +315,7 @@ def train(
     if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
         from collective.cluster import RayRollouts
 
-        rollouts = RayRollouts(cfg, run, state.step, backend, serving_weights)
+        rollouts = RayRollouts(cfg, run, state.step, backend, serving_weights, model)
     else:
         rollouts = LocalRollouts(cfg, run, state.step, backend, model, frozen, serving_weights)
     rollouts.start()  # Ray: connect, check resources, start the workers (one-line errors)

@@ -57,6 +57,10 @@ others, a structlog warning says so, and :attr:`SGLangPolicy.lost_servers` and
 error status and any answer that is not the documented shape raise :class:`PolicyError` naming the
 server and the request (agent, turn): never a silently wrong answer.
 
+**Followers.** A client that calls :meth:`SGLangPolicy.follow` loads no weights: another client
+(the learner's, in another process) does, and the follower samples only from the version it is
+told to follow, waiting for the fleet to reach it (a Ray rollout worker: ``collective.cluster``).
+
 **The spec** (``--policy``, or ``hf_server`` in a train config), split into words like a shell
 line (quote a path with spaces)::
 
@@ -183,6 +187,10 @@ class _Aborted(Exception):
     """The server aborted one prompt of a batch, e.g. because generation was paused."""
 
 
+class _Behind(Exception):
+    """(A follower.) A server answered with weights other than the version being followed."""
+
+
 class _Gate:
     """Batches run side by side; a weight update runs alone. An update waits for the batches in
     flight and holds back new ones (it is not starved by a stream of them), so every token of a
@@ -300,10 +308,48 @@ class SGLangPolicy:
         self._first_label: tuple[str, str] | None = None  # (server, label) before any update
         self._mixed: str | None = None  # why the fleet may hold mixed weights
         self._gate = _Gate()
+        self._following = False  # a follower: another client loads the weights (see follow)
+        self._label_seen = False  # (a follower) every live server reported _label since follow
 
     @property
     def live_servers(self) -> list[str]:
         return [u for u in self.urls if u not in self.lost_servers]
+
+    @property
+    def label(self) -> str | None:
+        """The weight_version this client loaded (or follows); None before any load."""
+        return self._label
+
+    def follower_args(self) -> dict[str, Any]:
+        """The arguments of a client of the same fleet with the same settings (a rollout worker
+        elsewhere builds its own from them: ``SGLangPolicy(**args)``, then :meth:`follow`)."""
+        source = self._tokenizer_source
+        return {
+            "urls": self.live_servers,
+            "tokenizer": str(source) if isinstance(source, str | Path) else None,
+            "constraint": self.constraint,
+            "seeded": self.seeded,
+            "api_key": self._headers.get("Authorization", "").removeprefix("Bearer ") or None,
+            "timeout": self.timeout,
+            "attempts": self.attempts,
+            "backoff": self.backoff,
+            "wait": self.wait,
+            "name": self.name,
+        }
+
+    def follow(self, version: int, label: str | None) -> None:
+        """Make this client a follower of the fleet at ``version``: another client (the
+        learner's) loads the weights, labelled ``label`` (None: the weights the servers started
+        with, which must be the same on every server). Every answer used is one the servers
+        sampled with that label, and answers carry ``version``. Before its first batch at a new
+        version the follower waits, up to ``wait`` seconds, until every server reports that
+        label in ``/model_info``; an answer with another label (a server not yet updated) is
+        waited out and sent again the same way; a server reporting a later version than
+        ``version`` is an error (the weights this episode is pinned to are gone)."""
+        if (version, label) != (self.version, self._label):
+            self._label_seen = False
+        self._following, self.version, self._label = True, version, label
+        self._first_label = None
 
     # -- the Policy protocol ----------------------------------------------------------------------
 
@@ -327,7 +373,10 @@ class SGLangPolicy:
             prompts = [prompt_ids(tokenizer, r.prompt, r.space) for r in requests]
             answers: list[PolicyResponse | None] = [None] * len(requests)
             pending = list(range(len(requests)))
+            behind = 0
             while pending:
+                if self._following and not self._label_seen:
+                    await self._await_label(client)
                 live = self.live_servers
                 if not live:
                     raise PolicyError(
@@ -342,9 +391,17 @@ class SGLangPolicy:
                     for url, share in zip(live, split(pending, len(live)), strict=True)
                     if share
                 ]
-                for got in await _concurrently(jobs):
-                    for i, answer in got.items():
-                        answers[i] = answer
+                try:
+                    for got in await _concurrently(jobs):
+                        for i, answer in got.items():
+                            answers[i] = answer
+                except _Behind as e:  # (a follower) sent again once the fleet has the version
+                    behind += 1
+                    if behind >= self.attempts:
+                        raise PolicyError(
+                            f"{e}; still so after {behind} waits for {_who(requests)}"
+                        ) from None
+                    self._label_seen = False
                 pending = [i for i in pending if answers[i] is None]
             return [a for a in answers if a is not None]
 
@@ -360,6 +417,8 @@ class SGLangPolicy:
         """
         if version < 0:
             raise ValueError(f"weight version must be >= 0, got {version}")
+        if self._following:
+            raise PolicyError(f"{self.name}: a follower does not load weights (see follow)")
         what = f"weights {str(path)!r} as version {version}"
         label = str(version)
         async with self._gate.update(), self._client() as client:
@@ -597,6 +656,43 @@ class SGLangPolicy:
         info, _ = await self._first_of(client, url, ("/model_info", "/get_model_info"), what)
         return info
 
+    async def _await_label(self, client: httpx.AsyncClient) -> None:
+        """(A follower.) Wait until every live server reports the followed label in
+        ``/model_info`` (at most ``wait`` seconds); a later version there is an error at once."""
+        if self._label is None:  # the starting weights: checked answer by answer
+            self._label_seen = True
+            return
+        deadline = trio.current_time() + self.wait
+        for url in self.live_servers:
+            while True:
+                got = (await self._model_info(client, url, "its weight version")).get(
+                    "weight_version"
+                )
+                if str(got) == self._label:
+                    break
+                self._refuse_later(url, got)
+                if trio.current_time() >= deadline:
+                    raise PolicyError(
+                        f"SGLang server {url} still reports weight version {got!r} after "
+                        f"{self.wait:g}s; this client follows version {self._label!r} (did the "
+                        "learner's update fail?)"
+                    )
+                await trio.sleep(_POLL)
+        self._label_seen = True
+
+    def _refuse_later(self, url: str, label: Any) -> None:
+        """(A follower.) A server already past the followed version cannot serve it again."""
+        try:
+            later = int(str(label)) > int(str(self._label))
+        except ValueError:  # e.g. "default", the weights a server started with: not later
+            later = False
+        if later:
+            raise PolicyError(
+                f"SGLang server {url} reports weight version {label!r}, later than the version "
+                f"{self._label!r} this client follows: the weights its requests are pinned to "
+                "are gone (was the fleet updated while episodes pinned to them ran?)"
+            )
+
     async def _first_of(
         self, client: httpx.AsyncClient, url: str, paths: Sequence[str], what: str
     ) -> tuple[dict[str, Any], str]:
@@ -785,6 +881,12 @@ class SGLangPolicy:
         if label is None:
             return
         label = str(label)
+        if self._following and self._label is not None and label != self._label:
+            self._refuse_later(url, label)
+            raise _Behind(
+                f"SGLang server {url} answered with weight version {label!r}, not the followed "
+                f"{self._label!r}"
+            )
         if self._label is not None:
             if label != self._label:
                 raise bad(

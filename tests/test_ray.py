@@ -1,9 +1,20 @@
-"""Rollouts on a real Ray cluster (a local one: 2 CPUs, no dashboard, a small object store).
+"""Rollouts on a real Ray cluster (a local one: 2 CPUs, 1 declared GPU, no dashboard, a small
+object store).
 
 Same science on any placement (per-step returns and episode files as the local run), a worker
 killed mid-step (``ray.kill`` and SIGKILL of its process) replaced with nothing lost or used
-twice, and the placements refused before training starts. No GPU here: ``learner_gpus`` is
-tested only for its refusal on a cluster without GPUs.
+twice, the placements refused before training starts, and rollouts sampled by an SGLang fleet.
+
+Two stand-ins, for what this machine does not have:
+
+- The GPU: the local cluster *declares* one GPU (``ray.init(num_gpus=1)``) that does not exist.
+  Ray schedules by declared resources, so the learner actor of ``learner_gpus = 1`` is placed,
+  holds that GPU and runs for real, on the CPU (the tiny backend), exactly as it would beside a
+  real GPU, short of the CUDA kernels.
+- SGLang: the fleet is two processes of ``tests/sglang_fake.py``, which answers SGLang's native
+  HTTP API as a real server does (see its docstring) but samples from the action regex, seeded by
+  ``sampling_seed``, instead of a model. The Ray workers talk to it over real HTTP with the real
+  client; the learner loads each version on it with the real pause/update/continue calls.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 
@@ -25,13 +37,19 @@ ray = pytest.importorskip("ray")
 
 from collective.cluster import (  # noqa: E402
     LEARNER_NAME,
-    LearnerDied,
     RayRollouts,
-    train_on_learner_node,
 )
 from collective.config import ClusterConfig  # noqa: E402
+from collective.records import load_episode  # noqa: E402
+from collective.rundir import episode_key  # noqa: E402
 from collective.study import ScaleConfig, scale_study  # noqa: E402
-from collective.train import load_config, read_metrics, train  # noqa: E402
+from collective.train import (  # noqa: E402
+    Interrupted,
+    TrainConfig,
+    load_config,
+    read_metrics,
+    train,
+)
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +70,7 @@ SHORT = [
 def cluster() -> Any:
     ray.init(
         num_cpus=2,
+        num_gpus=1,  # declared, not real: see the module docstring
         include_dashboard=False,
         object_store_memory=80 * 1024**2,
         log_to_driver=False,
@@ -84,11 +103,11 @@ def _used(run: Path) -> list[str]:
     return [n for line in lines for n in line["used"] + line["dropped"]]
 
 
-def _same_run(a: Path, b: Path) -> None:
+def _same_run(a: Path, b: Path, episodes: int = 3 * 2 * 3) -> None:
     assert _comparable(a) == _comparable(b)
     names = _used(a)
     assert names == _used(b)
-    assert len(names) == len(set(names)) == 3 * 2 * 3, "every episode used once"
+    assert len(names) == len(set(names)) == episodes, "every episode used once"
     for n in names:
         assert (a / "episodes" / n).read_bytes() == (b / "episodes" / n).read_bytes(), n
 
@@ -132,7 +151,7 @@ def test_killed_workers_are_replaced_and_nothing_is_lost(
     ("setting", "message"),
     [
         (["cluster.rollout_workers=3"], "3 rollout_workers x cpus_per_worker 1 need 3 CPUs"),
-        (["cluster.learner_gpus=1"], "learner_gpus = 1, but the Ray cluster has 0 GPUs"),
+        (["cluster.learner_gpus=2"], "learner_gpus = 2, but the Ray cluster has 1 GPUs"),
         (["cluster.rollout_workers=0"], "cluster.rollout_workers must be >= 1"),
     ],
 )
@@ -159,28 +178,36 @@ def test_a_world_a_worker_cannot_import_is_refused_before_training(
     sys.modules.pop("here_only_world", None)
 
 
-def test_the_learner_actor_dies_and_the_run_resumes(
+def test_the_learner_actor_on_a_gpu_dies_and_the_run_resumes(
     cluster: Any, local_run: Path, tmp_path: Path
 ) -> None:
-    """The learner as a Ray actor (``learner_gpus > 0``; here the same actor with ``num_gpus =
-    0``, for want of a GPU) killed after its first step: the run stops, and ``--resume``
-    continues it to exactly the local run (one rollout worker here: 1, 2, any number)."""
-    cfg = _ray_cfg("cluster.rollout_workers=1")
+    """The learner as a Ray actor holding ``learner_gpus = 1`` (the cluster's one GPU, declared
+    to Ray but not real: the learner runs on the CPU) killed after its first step: ``train``
+    stops with the resume line, and ``--resume``, again in a learner actor on the GPU, continues
+    it to exactly the local run (one rollout worker here: 1, 2, any number)."""
+    cfg = _ray_cfg("cluster.rollout_workers=1", "cluster.learner_gpus=1", 'device="cpu"')
     run = tmp_path / "ray"
+    held: list[float] = []
 
     def kill_after_the_first_step() -> None:
         while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_bytes():
             time.sleep(0.05)
+        held.append(ray.available_resources().get("GPU", 0.0))
         ray.kill(ray.get_actor(LEARNER_NAME))
 
     killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
     killer.start()
-    with pytest.raises(LearnerDied, match="the learner actor died"):
-        train_on_learner_node(cfg, str(run), resume=False, stop_after=None, gpus=0)
+    with pytest.raises(Interrupted, match=r"the learner actor died.*--resume"):
+        train(cfg, run, progress=False)
     killer.join()
+    assert held == [0.0], "the learner actor held the GPU"
     assert len((run / "metrics.jsonl").read_bytes().splitlines()) < 3, "it died mid-run"
     train(cfg, run, resume=True, progress=False)
     _same_run(local_run, run)
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("GPU", 0.0) < 1.0:
+        assert time.monotonic() < deadline, "the learner actor still holds the GPU"
+        time.sleep(0.1)
 
 
 def test_the_scale_study_on_ray_is_the_local_study(cluster: Any, tmp_path: Path) -> None:
@@ -225,3 +252,97 @@ def test_ctrl_c_stops_the_cluster_work_cleanly(cluster: Any, tmp_path: Path) -> 
     while ray.available_resources().get("CPU", 0) < 2:
         assert time.monotonic() < deadline, "the command's workers still hold their CPUs"
         time.sleep(0.1)
+
+
+# -- an SGLang fleet ------------------------------------------------------------------------------
+
+FAKE = [sys.executable, str(ROOT / "tests" / "sglang_fake.py")]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A starting Hugging Face model and two stand-in SGLang servers serving it, as processes."""
+    from hf_tiny import make_model, make_tokenizer
+
+    from policy.hf import HFModel
+    from policy.sglang import SGLangServer
+
+    tokenizer = make_tokenizer()
+    start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path_factory.mktemp("hf") / "m")
+    servers = []
+    try:
+        for _ in range(2):
+            flags = ["--enable-deterministic-inference"]
+            servers.append(SGLangServer.launch(start, args=flags, command=FAKE))
+        yield start, servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _fleet_cfg(fleet: Any, **more: Any) -> TrainConfig:
+    start, servers = fleet
+    fields: dict[str, Any] = dict(
+        backend="hf",
+        hf_model=str(start),
+        hf_server="sglang:" + ",".join(s.url for s in servers),
+        device="cpu",
+        world="tally",
+        params={"target": 12},
+        team_sizes=(2,),
+        groups_per_step=2,
+        group_size=2,
+        steps=3,
+        lag=0,  # locally, the fleet is updated under running episodes when lag > 0
+        time_limit_start=30.0,
+        time_limit_end=30.0,
+        max_output_tokens=16,
+        concurrency=4,
+        plots=False,
+    )
+    return TrainConfig(**{**fields, **more})
+
+
+def _versions(run: Path) -> dict[tuple[int, int], set[int]]:
+    """The policy versions that sampled each episode's trained turns, by (group, member)."""
+    out = {}
+    for path in (run / "episodes").glob("g*.msgpack"):
+        key = episode_key(path.name)
+        assert key is not None
+        out[key] = {t.version for t in load_episode(path).turns if t.policy == "trained"}
+    return out
+
+
+def test_two_workers_on_an_sglang_fleet_give_the_local_run(
+    cluster: Any, fleet: Any, tmp_path: Path
+) -> None:
+    """Rollout workers talking to a 2-server fleet over HTTP, the learner loading each version
+    on it between steps: the local run with the same fleet, step for step and byte for byte,
+    and every episode sampled by the version its step was dealt at (the updates followed)."""
+    cfg = _fleet_cfg(fleet)
+    train(cfg, tmp_path / "local", progress=False)
+    on_ray = msgspec.structs.replace(
+        cfg, cluster=ClusterConfig(backend="ray", rollout_workers=2, cpus_per_worker=1)
+    )
+    train(on_ray, tmp_path / "ray", progress=False)
+    _same_run(tmp_path / "local", tmp_path / "ray", episodes=3 * 2 * 2)
+    versions = _versions(tmp_path / "ray")
+    assert len(versions) == 12
+    assert all(v == {g // 2} for (g, _), v in versions.items()), versions
+    for server in fleet[1]:  # the last update (after the last step) reached every server
+        assert httpx.get(server.url + "/model_info").json()["weight_version"] == "3"
+
+
+def test_with_lag_each_episode_keeps_to_one_version_of_the_fleet(
+    cluster: Any, fleet: Any, tmp_path: Path
+) -> None:
+    """With ``lag = 1`` the fleet (one version at a time) is updated only once the episodes
+    dealt at the version it holds have come back: each episode is sampled by one version, the
+    one its step is pinned to (``step - lag``), and the run is reproducible."""
+    cfg = _fleet_cfg(
+        fleet, lag=1, cluster=ClusterConfig(backend="ray", rollout_workers=2, cpus_per_worker=1)
+    )
+    train(cfg, tmp_path / "ray", progress=False)
+    versions = _versions(tmp_path / "ray")
+    assert len(versions) == 12
+    assert all(v == {max(0, g // 2 - 1)} for (g, _), v in versions.items()), versions

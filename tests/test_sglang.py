@@ -245,6 +245,70 @@ def test_weights_changed_behind_the_clients_back_are_an_error(fake, weights):
         trio.run(policy.generate, requests(1))
 
 
+def test_a_follower_waits_for_every_server_to_hold_its_version(fleet, fake, weights):
+    """A rollout worker's client (a follower) pinned to version 1 while the learner's client is
+    still loading it: nothing is sampled until every server reports version 1, and the answers
+    carry it. The learner's client is the only one that loads weights."""
+    urls = [s.url for s in fleet]
+    learner, follower = client(urls), client(urls)
+    follower.follow(1, "1")
+    got = []
+
+    async def both() -> None:
+        async def batch() -> None:
+            got.extend(await follower.generate(requests(6)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batch)
+            await trio.sleep(0.5)  # it asks /model_info; nothing is sampled meanwhile
+            assert not any(s.posts("/generate") for s in fleet)
+            nursery.start_soon(learner.update_weights, weights, 1)
+
+    trio.run(both)
+    assert [r.version for r in got] == [1] * 6
+    assert tokens(got) == tokens(trio.run(client(fake.url).generate, requests(6)))
+    for server in fleet:
+        calls = [p for p, _ in server.log if p in ("/update_weights_from_disk", "/generate")]
+        assert calls == ["/update_weights_from_disk", "/generate"]
+    with pytest.raises(PolicyError, match="a follower does not load weights"):
+        trio.run(follower.update_weights, weights, 2)
+
+
+def test_a_follower_sends_again_what_older_weights_answered(fake):
+    """A server that answers with other weights than the followed version (here: restarted with
+    its starting weights) is waited for, and the requests are sent again once it has them."""
+    fake.weight_version = "1"
+    follower = client(fake.url)
+    follower.follow(1, "1")
+    trio.run(follower.generate, requests(1))
+    fake.weight_version = "default"
+    got = []
+
+    async def later() -> None:
+        async def batch() -> None:
+            got.extend(await follower.generate(requests(2)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batch)
+            while len(fake.posts("/generate")) < 2:
+                await trio.sleep(0.01)
+            await trio.sleep(0.2)
+            fake.weight_version = "1"
+
+    trio.run(later)
+    assert [r.version for r in got] == [1, 1]
+    assert len(fake.posts("/generate")) == 3, "the answer of the old weights was sent again"
+
+
+def test_a_follower_refuses_a_fleet_past_its_version(fake):
+    fake.weight_version = "2"
+    follower = client(fake.url)
+    follower.follow(1, "1")
+    with pytest.raises(PolicyError, match=r"reports weight version '2', later than .* '1'"):
+        trio.run(follower.generate, requests(1))
+    assert fake.posts("/generate") == []
+
+
 @pytest.mark.parametrize("fault", ["503", "500", "drop", "unavailable-first"])
 def test_transient_failures_are_retried_then_succeed(fake, fault):
     fake.faults = [fault, fault]
