@@ -460,6 +460,12 @@ class RayRollouts(Rollouts):
                     ) from None
                 if self.generation[k] == gen:  # the first of its shares to notice replaces it
                     await self._replace(k, e)
+            except self.ray.exceptions.RayTaskError as e:
+                # An episode failed in the worker (a policy's error, a server refusing): the
+                # run stops with that error, as it would locally, not Ray's wrapping of it.
+                if isinstance(e.cause, Exception):
+                    raise e.cause from None
+                raise
 
     async def _replace(self, k: int, why: BaseException) -> None:
         self.generation[k] += 1

@@ -339,9 +339,7 @@ def test_with_lag_each_episode_keeps_to_one_version_of_the_fleet(
     """With ``lag = 1`` the fleet (one version at a time) is updated only once the episodes
     dealt at the version it holds have come back: each episode is sampled by one version, the
     one its step is pinned to (``step - lag``), and the run is reproducible."""
-    cfg = _fleet_cfg(
-        fleet, lag=1, cluster=ClusterConfig(backend="ray", rollout_workers=2, cpus_per_worker=1)
-    )
+    cfg = _fleet_cfg(fleet, lag=1, cluster=ClusterConfig(backend="ray", rollout_workers=1))
     train(cfg, tmp_path / "ray", progress=False)
     versions = _versions(tmp_path / "ray")
     assert len(versions) == 12
