@@ -317,14 +317,17 @@ def test_two_workers_on_an_sglang_fleet_give_the_local_run(
     cluster: Any, fleet: Any, tmp_path: Path
 ) -> None:
     """Rollout workers talking to a 2-server fleet over HTTP, the learner loading each version
-    on it between steps: the local run with the same fleet, step for step and byte for byte,
-    and every episode sampled by the version its step was dealt at (the updates followed)."""
+    on it between steps, the run stopped after its first step and resumed: the local run with
+    the same fleet, step for step and byte for byte, and every episode sampled by the version
+    its step was dealt at (the updates followed)."""
     cfg = _fleet_cfg(fleet)
     train(cfg, tmp_path / "local", progress=False)
     on_ray = msgspec.structs.replace(
         cfg, cluster=ClusterConfig(backend="ray", rollout_workers=2, cpus_per_worker=1)
     )
-    train(on_ray, tmp_path / "ray", progress=False)
+    train(on_ray, tmp_path / "ray", progress=False, stop_after=1)
+    assert len(read_metrics(tmp_path / "ray")) == 1
+    train(on_ray, tmp_path / "ray", progress=False, resume=True)
     _same_run(tmp_path / "local", tmp_path / "ray", episodes=3 * 1 * 2)
     versions = _versions(tmp_path / "ray")
     assert len(versions) == 6
