@@ -21,7 +21,7 @@ study replays who learned which key when (:func:`key_times`, through the world's
 so it measures how long each key takes to become public and how long an agent refused for
 lacking a key waits until it knows it.
 
-    PYTHONPATH=$PWD python bench/city_study.py --checkpoint runs/village/checkpoints/latest.pt
+    PYTHONPATH=$PWD python bench/city_study.py --checkpoint runs/village_ceo/checkpoints/latest.pt
 
 writes ``bench/results/city/causal/{city.json,scores.png,keys.png}``; cells already in
 ``city.json`` are kept (a stopped run resumes). Every figure is a mean over task instances with
@@ -57,9 +57,10 @@ from worlds.workshop import Workshop  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "city" / "causal"
 AGENTS = (8, 64, 512, 4096)
-INSTANCES = {8: 12, 64: 8, 512: 4, 4096: 2}  # task instances per cell: fewer where they are big
-HORIZON = 180.0  # the main recipe's last training limit
-GRID = tuple(float(t) for t in range(0, 181, 10))
+INSTANCES = {8: 24, 64: 12, 512: 3, 4096: 2}  # task instances per cell: fewer where they are big
+HORIZON = 120.0  # within the limits the policy trained under (90 -> 180 s)
+GRID = tuple(float(t) for t in range(0, int(HORIZON) + 1, 10))
+TIMES = (60.0, 120.0)  # scores reported at these times
 ISLAND = 8
 POLICIES = ("trained", "untrained", "random")
 _REFUSED = re.compile(r"needs key k(\d+), which you do not know")
@@ -192,7 +193,7 @@ def key_times(ep: Episode) -> dict[str, Any]:
     return {
         "keys": len(keys),
         "public_at": [public_at.get(key) for key in keys],
-        "refused_agents": len(refused_at),
+        "refused": len(refused_at),  # distinct (agent, key) pairs refused
         "waits": waits,
         "publishing_posts": publishing_posts,
         "teaching_messages": teaching_messages,
@@ -211,7 +212,7 @@ def summarise_episode(ep: Episode) -> dict[str, Any]:
         "keys": kt["keys"],
         "published": sum(p is not None for p in pub) / max(1, len(pub)),
         "publication_time": float(np.mean([h if p is None else p for p in pub])) if pub else None,
-        "refused_agents_share": kt["refused_agents"] / ep.config.agents,
+        "refused_per_agent": kt["refused"] / ep.config.agents,
         "served": (sum(w is not None for w in waits) / len(waits)) if waits else None,
         "wait": float(np.mean([h if w is None else w for w in waits])) if waits else None,
         "publishing_posts": kt["publishing_posts"],
@@ -248,13 +249,28 @@ def cell_key(policy: str, condition: str, n: int) -> str:
     return f"{policy}/{condition}/{n}"
 
 
+def instances(policy: str, condition: str, n: int) -> int:
+    """Task instances of a cell (0: not run). Many where a cell is cheap, so the 8 -> 64 drop has
+    tight intervals; fewer at 512 and 4,096. The untrained policy thinks and talks several times
+    as often as the others, which makes its cells the dearest on 2 cores: it gets fewer
+    instances, and beyond 64 agents only ``flat`` and ``keys_off``. At 4,096 only ``flat``,
+    ``keys_public`` and ``islands`` run (``keys_off`` plays exactly as ``keys_public`` does, and
+    ``dm_only`` as ``flat`` for the trained policy: see the README)."""
+    if policy == "untrained":
+        if n > 512:
+            return 0
+        return {8: 8, 64: 6}.get(n, 3) if n <= 64 or condition in ("flat", "keys_off") else 0
+    if n >= 4096 and condition not in ("flat", "keys_public", "islands"):
+        return 0
+    return INSTANCES.get(n, 2)
+
+
 def run_all(
     checkpoint: str,
     out: Path,
     agents: Sequence[int],
     conditions: Sequence[str],
     names: Sequence[str],
-    instances: dict[int, int],
 ) -> dict[str, Any]:
     path = out / "city.json"
     cells: dict[str, Any] = json.loads(path.read_text())["cells"] if path.exists() else {}
@@ -264,9 +280,10 @@ def run_all(
         for condition in conditions:
             for name in names:
                 key = cell_key(name, condition, n)
-                if key in cells and len(cells[key]["episodes"]) >= instances[n]:
+                want = instances(name, condition, n)
+                if not want or (key in cells and len(cells[key]["episodes"]) >= want):
                     continue
-                cells[key] = run_cell(pols[name], condition, n, instances[n])
+                cells[key] = run_cell(pols[name], condition, n, want)
                 s = [e["score"][-1] for e in cells[key]["episodes"]]
                 print(
                     f"{key:28s} score@{HORIZON:g} {np.mean(s):.3f}  "
@@ -298,9 +315,7 @@ def summarise(cells: dict[str, Any]) -> dict[str, Any]:
     for key, c in sorted(cells.items()):
         eps = c["episodes"]
         table[key] = {
-            "score_at": {
-                f"{t:g}": _ci([at(e["score"], t) for e in eps]) for t in (60.0, 120.0, 180.0)
-            },
+            "score_at": {f"{t:g}": _ci([at(e["score"], t) for e in eps]) for t in TIMES},
             "curve": [
                 round(float(np.mean([e["score"][i] for e in eps])), 4) for i in range(len(GRID))
             ],
@@ -309,7 +324,7 @@ def summarise(cells: dict[str, Any]) -> dict[str, Any]:
                 for f in (
                     "published",
                     "publication_time",
-                    "refused_agents_share",
+                    "refused_per_agent",
                     "served",
                     "wait",
                     "publishing_posts",
@@ -326,7 +341,7 @@ def summarise(cells: dict[str, Any]) -> dict[str, Any]:
         name, condition, n = key.split("/")
         if n != "64" or cell_key(name, condition, 8) not in cells:
             continue
-        for t in (120.0, 180.0):
+        for t in TIMES:
             small = [at(e["score"], t) for e in cells[cell_key(name, condition, 8)]["episodes"]]
             big = [at(e["score"], t) for e in c["episodes"]]
             m, lo, hi = diff_ci(small, big)
@@ -335,7 +350,31 @@ def summarise(cells: dict[str, Any]) -> dict[str, Any]:
                 "lo": round(lo, 4),
                 "hi": round(hi, 4),
             }
-    return {"cells": table, "drop_8_to_64": drops}
+    # Paired by task instance (the same world and sampling seeds): what a condition adds to flat
+    # at each size, and how much of flat's 8 -> 64 drop it removes (its gain at 64 minus at 8).
+    gains: dict[str, Any] = {}
+    removed: dict[str, Any] = {}
+    t = HORIZON
+    for key in cells:
+        name, cond, n = key.split("/")
+        base = cells.get(cell_key(name, "flat", int(n)))
+        if cond == "flat" or base is None:
+            continue
+        pairs = zip(cells[key]["episodes"], base["episodes"], strict=False)
+        gains[key] = [at(x["score"], t) - at(y["score"], t) for x, y in pairs]
+    for key, g in gains.items():
+        name, cond, n = key.split("/")
+        small = gains.get(cell_key(name, cond, 8))
+        if n != "64" or small is None:
+            continue
+        m, lo, hi = diff_ci(g, small)
+        removed[f"{name}/{cond}"] = {"mean": round(m, 4), "lo": round(lo, 4), "hi": round(hi, 4)}
+    return {
+        "cells": table,
+        "drop_8_to_64": drops,
+        f"gain_over_flat_at_{t:g}": {k: _ci(v) for k, v in sorted(gains.items())},
+        "drop_removed_8_to_64": removed,
+    }
 
 
 def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
@@ -360,7 +399,7 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
     fig, axes = plt.subplots(1, len(conditions), figsize=(4 * len(conditions), 4), sharey=True)
     for ax, cond in zip(np.atleast_1d(axes), conditions, strict=True):
         for name in POLICIES:
-            pts = series(name, cond, "score_at", "180")
+            pts = series(name, cond, "score_at", f"{HORIZON:g}")
             if pts:
                 x = [p[0] for p in pts]
                 m = [p[1]["mean"] for p in pts]
@@ -378,10 +417,10 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
     fig.savefig(out / "scores.png", dpi=100)
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for cond in conditions:
-        for ax, field in zip(axes[:2], ("publication_time", "wait"), strict=True):
-            pts = series("trained", cond, field)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    for name in POLICIES:  # under flat: the keys' publication, for each policy
+        for ax, field in zip(axes[:2], ("published", "publication_time"), strict=True):
+            pts = series(name, "flat", field)
             if pts:
                 x = [p[0] for p in pts]
                 m = [p[1]["mean"] for p in pts]
@@ -389,26 +428,29 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
                     [p[1]["mean"] - p[1]["lo"] for p in pts],
                     [p[1]["hi"] - p[1]["mean"] for p in pts],
                 ]
-                ax.errorbar(x, m, yerr=err, marker="o", capsize=3, label=cond)
-        c = cells.get(cell_key("trained", cond, 64))
-        if c is not None:
-            axes[2].plot(GRID, c["curve"], label=f"{cond}")
+                ax.errorbar(x, m, yerr=err, marker="o", capsize=3, label=name)
+    for cond, style in (("flat", "-"), ("keys_public", "--"), ("islands", ":")):
+        for n, colour in ((8, "C0"), (64, "C3")):
+            c = cells.get(cell_key("trained", cond, n))
+            if c is not None:
+                axes[2].plot(GRID, c["curve"], style, color=colour, label=f"{cond}, {n}")
     axes[0].set(
         xscale="log",
         xlabel="agents",
-        ylabel="seconds (not public by the end: counted at the horizon)",
-        title="trained: time until a key is public",
+        ylabel="share of keys public by the end",
+        title="flat: keys made public (mean, 95% CI)",
+        ylim=(-0.05, 1.05),
     )
     axes[1].set(
         xscale="log",
         xlabel="agents",
-        ylabel="seconds (never: counted at the horizon)",
-        title="trained: refused agent's wait for the key",
+        ylabel=f"seconds from t=0 (never: counted as {HORIZON:g})",
+        title="flat: time until a key is public",
     )
     axes[2].set(
         xlabel="simulated seconds",
-        ylabel="score (mean)",
-        title="trained, 64 agents: score over time",
+        ylabel="score (mean over instances)",
+        title="trained: score over time, 8 and 64 agents",
     )
     for ax in axes:
         ax.legend(fontsize=8)
@@ -419,7 +461,7 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", default=str(ROOT / "runs/village/checkpoints/latest.pt"))
+    ap.add_argument("--checkpoint", default=str(ROOT / "runs/village_ceo/checkpoints/latest.pt"))
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--agents", default=",".join(map(str, AGENTS)))
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
@@ -433,12 +475,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"city_study: unknown conditions {bad} or no checkpoint {a.checkpoint}", file=sys.stderr
         )
         return 2
-    cells = run_all(a.checkpoint, a.out, agents, conditions, a.policies.split(","), INSTANCES)
+    cells = run_all(a.checkpoint, a.out, agents, conditions, a.policies.split(","))
     summary = summarise(cells)
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, a.out, conditions)
     for k, v in summary["drop_8_to_64"].items():
-        print(f"drop 8 -> 64 {k:24s} @120 {v['120']}  @180 {v['180']}")
+        print(f"drop 8 -> 64 {k:24s} @60 {v['60']}  @120 {v['120']}")
+    for k, v in summary["drop_removed_8_to_64"].items():
+        print(f"of flat's drop, removed by {k:24s} {v}")
     return 0
 
 

@@ -43,8 +43,8 @@ def test_a_public_key_was_posted_then_and_refuses_nobody_after(instance: int) ->
         assert any(p.t == t and re.search(rf"\bk{k}\b", p.text) for p in posts)
         assert not [r for r in refusals(ep) if r[2] == k and r[0] > t]
     # every wait is the gap from a refusal to knowing: nobody is refused after it ends
-    assert kt["refused_agents"] == len({(a, k) for _, a, k in refusals(ep)})
-    assert len(kt["waits"]) == kt["refused_agents"]
+    assert kt["refused"] == len({(a, k) for _, a, k in refusals(ep)})
+    assert len(kt["waits"]) == kt["refused"]
     for _, agent, key, first, wait in kt["waits"]:
         later = [t for t, a, k in refusals(ep) if a == agent and k == key and t > first]
         if wait is not None:  # refused until it knew the key, never after
