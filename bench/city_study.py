@@ -23,7 +23,7 @@ lacking a key waits until it knows it.
 
     PYTHONPATH=$PWD python bench/city_study.py --checkpoint runs/village_ceo/checkpoints/latest.pt
 
-writes ``bench/results/city/causal/{city.json,scores.png,keys.png}``; cells already in
+writes ``bench/results/city/causal/{city,summary}.json`` and ``{scores,keys}.png``; cells already in
 ``city.json`` are kept (a stopped run resumes). Every figure is a mean over task instances with
 a 95% bootstrap interval (``bench/bootstrap.py``).
 """
