@@ -1,21 +1,29 @@
-"""Signs of life: do collectives trained with RLCR learn to use parallel inference?
+"""Signs of life, earned: do collectives trained with RLCR learn to use parallel inference?
 
-Trains the tiny policy with RLCR (collective/train.py) and measures, in kind, the three findings
-the reference work reported (see ../shared/DESIGN.md, "Signs of life"):
+Trains the tiny policy with RLCR (collective/train.py) on a workshop world where no finding is
+built in (worlds/workshop.py says which knob could force which finding): one fixed 32-module
+task for every team size, every key with agent 0 (so a lone agent can build everything), and a
+hire that takes ``ONBOARD`` simulated seconds before its first unit lands. Each variant is
+trained with several seeds; every figure is then measured on held-out task instances through
+one protocol for three kinds of policy side by side: uniformly random, untrained (each seed's
+initial weights) and trained. Every figure has a mean and a 95% bootstrap interval over training
+seeds and instances (collective/intervals.py), and a verdict by the one rule: "yes" only when
+the interval clears the random and the untrained baselines (and the claim's size, where it has
+one).
 
-1. useful work relative to the environment's average rollout, by team size, over training;
-2. communication intensity, and score, over training;
-3. after training: score against simulated time for the trained 8-agent collective and for a
-   solo agent given the same total token budget; where the collective overtakes, and how much
-   longer the solo agent needs to reach the collective's final score;
-4. ablations: latency pressure by time limit vs explicit latency penalty vs none; the flat
-   collective advantage vs a per-agent (own contribution) advantage.
+The findings, as the reference work states them:
 
-Every figure comes from real training runs of the project's own code; every run is seeded and
-its config is saved beside it (runs/<name>/config.toml), so ``python bench/signs_of_life.py``
-again gives the same curves. ``--quick`` is the few-minute version the test suite runs.
+1. a team of 5-8 starts below the average rollout in useful work and reaches about twice it
+   (useful tokens per rollout / the average rollout of the same step, or of the same held-out
+   evaluation: every team size's episodes on the same instances);
+2. communication rises over training;
+3. a solo agent given the collective's token budget needs about 4x as long to reach the
+   collective's score, after an early phase where the solo leads;
+4. ablations: no latency pressure (a constant limit ``LOOSE``, evaluated at its own limit and at
+   the main run's), a per-agent advantage (leave-one-out credit, collective/credit.py), and a
+   flat organisation instead of the CEO; ``--orgs`` adds the orchestrator and islands.
 
-    python bench/signs_of_life.py                 # ~20 minutes on 2 cores
+    python bench/signs_of_life.py                 # the full run (see README for its time)
     python bench/signs_of_life.py --quick --out /tmp/sol
 """
 
@@ -25,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,30 +44,37 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from collective import EpisodeConfig, run_episodes  # noqa: E402
-from collective.plots import useful_work_lines  # noqa: E402
+from collective.intervals import Interval, bootstrap, bootstrap_fn, judge  # noqa: E402
+from collective.records import Episode  # noqa: E402
 from collective.train import TrainConfig, bucket, load_config, read_metrics, train  # noqa: E402
 from policy.latency import latency_preset  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
+from policy.uniform import RandomPolicy  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "signs_of_life"
-EVAL_T = 180.0  # the time limit every run's final policy is evaluated at (the main run's last)
+EVAL_T = 180.0  # the main run's last time limit: every policy is evaluated at it
+HORIZON = 4  # the solo may run this many times the collective's limit (its ratio's ceiling)
+LOOSE = 360.0  # the no-pressure run's constant limit (twice the main run's last)
+ONBOARD = 20.0
+FAIR = {"modules": 32, "holders": "first", "onboard_seconds": ONBOARD}
 MODEL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=128)
+KINDS = ("random", "untrained", "trained")
 
 
-def base_config(quick: bool) -> dict[str, Any]:
-    """The main run: workshop, CEO organisation with mixed hiring budgets (a team of k is the
-    CEO plus up to k - 1 hires), and a rising time limit."""
+def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
+    """The main run: the fair workshop, a CEO hiring up to k - 1 (teams 1-8), a rising limit."""
     return dict(
         world="workshop",
+        params=dict(FAIR),
         org="ceo",
         team_sizes=(1, 2, 3, 4, 8),
-        steps=4 if quick else 60,
+        steps=steps or (2 if quick else 10),  # 10: what fits a loaded 2-core machine (README)
         groups_per_step=5,
-        group_size=4 if not quick else 2,
+        group_size=2,
         seed=0,
         time_limit="linear",
         time_limit_start=90.0,
-        time_limit_end=180.0,
+        time_limit_end=EVAL_T,
         learning_rate=1e-2,
         max_output_tokens=24,
         concurrency=20,
@@ -68,53 +84,113 @@ def base_config(quick: bool) -> dict[str, Any]:
     )
 
 
-def variants(quick: bool) -> dict[str, dict[str, Any]]:
-    base = base_config(quick)
-    t_end = base["time_limit_end"]
-    # Twice the main run's last limit: loose enough that finishing sooner earns nothing, tight
-    # enough to keep the whole script inside 30 minutes on 2 cores (episodes cost wall time in
-    # proportion to their simulated length; 4x took 12 s a step).
-    loose = 2 * t_end
-    return {
-        "workshop": base,
-        "relay": {**base, "world": "relay"},
-        "penalty": {
-            **base,
-            "time_limit": "constant",
-            "time_limit_start": loose,
-            "time_limit_end": loose,
-            "latency_penalty": 0.5,
-        },
+def variants(quick: bool, orgs: bool, steps: int | None = None) -> dict[str, dict[str, Any]]:
+    base = base_config(quick, steps)
+    out = {
+        "main": base,
         "no_pressure": {
             **base,
             "time_limit": "constant",
-            "time_limit_start": loose,
-            "time_limit_end": loose,
+            "time_limit_start": LOOSE,
+            "time_limit_end": LOOSE,
         },
         "per_agent": {**base, "advantage": "individual"},
+        "flat": {**base, "org": "flat"},
     }
+    if orgs:
+        out["orchestrator"] = {**base, "org": "orchestrator"}
+        out["islands"] = {**base, "org": "islands", "team_sizes": (2, 3, 4, 8)}
+    return out
 
 
-def run_all(out: Path, quick: bool, only: set[str] | None) -> dict[str, Path]:
-    dirs = {}
-    for name, fields in variants(quick).items():
-        if only and name not in only:
-            continue
-        cfg = TrainConfig(**fields)
-        run = out / "runs" / name
-        dirs[name] = run
-        done = (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= cfg.steps
-        if done:
-            print(f"[{name}] already complete")
-            continue
-        print(f"[{name}] training {cfg.steps} steps")
-        t0 = time.perf_counter()
-        train(cfg, run, resume=(run / "config.toml").exists(), progress=True)
-        print(f"[{name}] {time.perf_counter() - t0:.0f} s")
+def run_all(out: Path, specs: dict[str, dict[str, Any]], seeds: list[int]) -> dict[str, list[Path]]:
+    dirs: dict[str, list[Path]] = {}
+    for name, fields in specs.items():
+        for seed in seeds:
+            cfg = TrainConfig(**{**fields, "seed": seed})
+            run = out / "runs" / f"{name}-s{seed}"
+            dirs.setdefault(name, []).append(run)
+            if (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= cfg.steps:
+                print(f"[{run.name}] already complete", flush=True)
+                continue
+            t0 = time.perf_counter()
+            train(cfg, run, resume=(run / "config.toml").exists(), progress=False)
+            print(f"[{run.name}] {cfg.steps} steps in {time.perf_counter() - t0:.0f} s", flush=True)
     return dirs
 
 
-# -- 3. performance against latency -----------------------------------------------------------
+# -- the held-out protocol, the same for every policy ------------------------------------------
+
+
+def episode(
+    cfg: TrainConfig, team: int, instance: int, limit: float, task: int = 0, base: int = 90_000
+) -> EpisodeConfig:
+    """Held-out instance ``instance`` for a team of ``team`` under the run's organisation (a CEO
+    hiring up to team - 1; a flat, orchestrated or islands team of ``team`` otherwise)."""
+    agents, budget = (1, team - 1) if cfg.org == "ceo" else (team, 0)
+    return EpisodeConfig(
+        world=cfg.world,
+        params=dict(cfg.params),
+        org=cfg.org,
+        agents=agents,
+        world_agents=(task or team) if cfg.org in ("ceo", "flat") else 0,
+        budget=budget,
+        world_seed=base + instance,
+        sample_seed=instance,
+        time_limit=limit,
+        max_output_tokens=cfg.max_output_tokens,
+        latency=latency_preset(cfg.latency),
+        tokenizer="bytes",
+    )
+
+
+def policies(run: Path, kind: str) -> Any:
+    cfg = load_config(run / "config.toml")
+    untrained = TinyPolicy(TinyModel.fresh(cfg.model))
+    if kind == "random":
+        return RandomPolicy()
+    if kind == "untrained":
+        return {"trained": untrained, "frozen": untrained}
+    trained = TinyPolicy(TinyModel.load(run / "checkpoints" / "latest.pt"))
+    return {"trained": trained, "frozen": untrained}  # the orchestrator's sub-agents: frozen
+
+
+def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.ndarray]:
+    """Per (seed, team, instance): score, useful (world) tokens and communication tokens per
+    simulated hour. Random has one row (it has no seed)."""
+    cfg = load_config(runs[0] / "config.toml")
+    rows = runs[:1] if kind == "random" else runs
+    score, useful, comm = [], [], []
+    for run in rows:
+        cfgs = [episode(cfg, t, i, limit) for t in cfg.team_sizes for i in range(n)]
+        eps = run_episodes(cfgs, policies(run, kind), concurrency=20)
+        shape = (len(cfg.team_sizes), n)
+        score.append(np.array([e.score for e in eps]).reshape(shape))
+        useful.append(np.array([e.stats.world_tokens for e in eps], float).reshape(shape))
+        comm.append(np.array([e.stats.comm_tokens / e.duration * 3600 for e in eps]).reshape(shape))
+    return {"score": np.array(score), "useful": np.array(useful), "comm": np.array(comm)}
+
+
+def mean_score(ev: dict[str, np.ndarray]) -> Interval:
+    """Held-out score, every team size alike: mean over teams per (seed, instance)."""
+    return bootstrap(ev["score"].mean(axis=1))
+
+
+def useful_rel(ev: dict[str, np.ndarray], teams: tuple[int, ...], want: str) -> Interval:
+    """Useful tokens per rollout of the ``want`` bucket over the evaluation's average rollout
+    (every team size on the same instances), resampling seeds and instances together."""
+    u = ev["useful"]  # seeds x teams x instances
+    sel = [i for i, t in enumerate(teams) if bucket(t) == want]
+
+    def stat(r: np.ndarray, c: np.ndarray) -> float | None:
+        x = u[r[:, None, None], np.arange(u.shape[1])[None, :, None], c[:, None, :]]
+        avg = x.mean()
+        return float(x[:, sel].mean() / avg) if avg > 0 else None
+
+    return bootstrap_fn(stat, u.shape[0], u.shape[2])
+
+
+# -- 3. performance against latency --------------------------------------------------------------
 
 
 def curve_at(curve: list[tuple[float, float]], times: np.ndarray) -> np.ndarray:
@@ -130,144 +206,106 @@ def first_time(grid: np.ndarray, values: np.ndarray, level: float) -> float | No
     return float(grid[hit[0]]) if len(hit) else None
 
 
-def latency_study(run: Path, seeds: int, team: int) -> dict[str, Any]:
-    """The trained collective (CEO hiring up to team - 1, or a flat team) against a solo agent
-    given the same total output-token budget, on the same task instances."""
-    cfg = load_config(run / "config.toml")
-    model = TinyModel.load(run / "checkpoints" / "latest.pt")
-    t_max = cfg.time_limit_end
-    team_cfgs = [team_episode(cfg, team, 50_000 + s, s, t_max) for s in range(seeds)]
-    collective = run_episodes(team_cfgs, TinyPolicy(model), concurrency=seeds)
-    # The solo agent may run until it has spent what the whole collective spent.
-    horizon = t_max * team * 2
-    solo_cfgs = [team_episode(cfg, 1, 50_000 + s, s, horizon, task=team) for s in range(seeds)]
-    solos = run_episodes(solo_cfgs, TinyPolicy(model), concurrency=seeds)
-    grid = np.linspace(0, horizon, 400)
-    team_curves, solo_curves, budgets, cut = [], [], [], []
-    for c, s in zip(collective, solos, strict=True):
-        budget = c.stats.output_tokens
-        spent, stop = 0, horizon
-        for t in sorted(s.turns, key=lambda t: t.answered):
-            spent += len(t.token_ids)
-            if spent >= budget:
-                stop = min(t.answered, horizon)
-                break
-        solo = curve_at(s.curve, grid)
-        solo[grid > stop] = curve_at(s.curve, np.array([stop]))[0]  # budget spent: it stops
-        team_curve = curve_at(c.curve, grid)
-        team_curve[grid > t_max] = c.score
-        team_curves.append(team_curve)
-        solo_curves.append(solo)
-        budgets.append(budget)
-        cut.append(stop)
-    team_mean, solo_mean = np.mean(team_curves, 0), np.mean(solo_curves, 0)
-    final = float(team_mean[np.searchsorted(grid, t_max)])
-    ahead = team_mean > solo_mean + 1e-9
-    crossover = float(grid[np.argmax(ahead)]) if ahead.any() else None
-    t_team = first_time(grid, team_mean, final) if final > 0 else None
-    t_solo = first_time(grid, solo_mean, final) if final > 0 else None
+def latency_curves(runs: list[Path], kind: str, n: int, team: int) -> dict[str, Any]:
+    """Score against simulated time for a collective of ``team`` (limit EVAL_T) and a solo agent
+    on the same instances of the same fixed task, allowed to run until it has spent the
+    collective's output tokens (or the horizon). Curves per (seed, instance)."""
+    cfg = load_config(runs[0] / "config.toml")
+    horizon = EVAL_T * HORIZON
+    grid = np.linspace(0, horizon, 481)
+    teams, solos = [], []
+    for run in runs[:1] if kind == "random" else runs:
+        pol = policies(run, kind)
+        col = run_episodes(
+            [episode(cfg, team, i, EVAL_T, base=50_000) for i in range(n)], pol, concurrency=n
+        )
+        solo = run_episodes(
+            [episode(cfg, 1, i, horizon, task=team, base=50_000) for i in range(n)],
+            pol,
+            concurrency=n,
+        )
+        tc, sc = [], []
+        for c, s in zip(col, solo, strict=True):
+            stop = _spent_at(s, c.stats.output_tokens, horizon)
+            sv = curve_at(s.curve, grid)
+            sv[grid > stop] = curve_at(s.curve, np.array([stop]))[0]
+            cv = curve_at(c.curve, grid)
+            cv[grid > EVAL_T] = c.score
+            tc.append(cv)
+            sc.append(sv)
+        teams.append(tc)
+        solos.append(sc)
+    return {"grid": grid, "team": np.array(teams), "solo": np.array(solos), "t_max": EVAL_T}
+
+
+def _spent_at(solo: Episode, budget: int, horizon: float) -> float:
+    spent = 0
+    for t in sorted(solo.turns, key=lambda t: t.answered):
+        spent += len(t.token_ids)
+        if spent >= budget:
+            return min(t.answered, horizon)
+    return horizon
+
+
+def latency_figures(lc: dict[str, Any]) -> dict[str, Interval]:
+    grid, T, S = lc["grid"], lc["team"], lc["solo"]
+    at = np.searchsorted(grid, lc["t_max"])
+    early = grid <= lc["t_max"]
+
+    def pick(a: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return a[r[:, None], c].reshape(-1, a.shape[-1]).mean(0)
+
+    def ratio(r: np.ndarray, c: np.ndarray) -> float | None:
+        tm, sm = pick(T, r, c), pick(S, r, c)
+        level = tm[at]
+        if level <= 0:
+            return None
+        t_team, t_solo = first_time(grid, tm, level), first_time(grid, sm, level)
+        if t_solo is None:  # never within the horizon: at least this much (censored)
+            t_solo = float(grid[-1])
+        return t_solo / t_team if t_team else None
+
+    def lead(r: np.ndarray, c: np.ndarray) -> float:
+        return float(np.max((pick(S, r, c) - pick(T, r, c))[early]))
+
+    rows, cols = T.shape[0], T.shape[1]
     return {
-        "team": team,
-        "seeds": seeds,
-        "t_max": t_max,
-        "horizon": horizon,
-        "token_budget_mean": float(np.mean(budgets)),
-        "solo_stopped_at_mean": float(np.mean(cut)),
-        "collective_final_score": final,
-        "solo_score_at_t_max": float(solo_mean[np.searchsorted(grid, t_max)]),
-        "solo_final_score": float(solo_mean[-1]),
-        "crossover_time": crossover,
-        "time_to_collective_final": {"collective": t_team, "solo": t_solo},
-        "time_ratio": (t_solo / t_team) if (t_solo and t_team) else None,
-        "grid": grid.tolist(),
-        "collective_curve": team_mean.tolist(),
-        "solo_curve": solo_mean.tolist(),
+        "collective_final": bootstrap(T[:, :, at]),
+        "solo_at_t_max": bootstrap(S[:, :, at]),
+        "time_ratio": bootstrap_fn(ratio, rows, cols),
+        "solo_early_lead": bootstrap_fn(lead, rows, cols),
     }
 
 
-def team_episode(
-    cfg: TrainConfig,
-    team: int,
-    world_seed: int,
-    sample_seed: int,
-    time_limit: float,
-    task: int = 0,
-) -> EpisodeConfig:
-    """An evaluation episode shaped like training's: a CEO hiring up to team - 1 under the
-    ``ceo`` organisation, a team of ``team`` otherwise; the task is sized for ``task`` agents
-    (default: the team), so a solo agent can be given the collective's task."""
-    agents, budget = (1, team - 1) if cfg.org == "ceo" else (team, 0)
-    return EpisodeConfig(
-        world=cfg.world,
-        params=dict(cfg.params),
-        org=cfg.org,
-        agents=agents,
-        world_agents=task or team if (cfg.org == "ceo" or task) else 0,
-        budget=budget,
-        world_seed=world_seed,
-        sample_seed=sample_seed,
-        time_limit=time_limit,
-        max_output_tokens=cfg.max_output_tokens,
-        latency=latency_preset(cfg.latency),
-        policy="trained",
-    )
+# -- training curves -------------------------------------------------------------------------
 
 
-# -- 1, measured cleanly: useful work by team size before and after training --------------------
+def curve_table(runs: list[Path], field: Callable[[Any], float | None]) -> np.ndarray:
+    """seeds x steps of a metric (NaN where a step lacks it)."""
+    rows = []
+    for run in runs:
+        vals = [field(m) for m in read_metrics(run)]
+        rows.append([np.nan if v is None else v for v in vals])
+    return np.array(rows, dtype=float)
 
 
-def useful_work(run: Path, seeds: int) -> dict[str, dict[str, float]]:
-    """Useful tokens per rollout by team size, relative to the average rollout of the same
-    evaluation, for the untrained and the trained policy on the same held-out instances. (The
-    training curve shows the same measure step by step, but one group per team size and step
-    makes it noisy; this is the steady version of its two ends.)"""
-    from policy.tiny import TinyModel
-
-    cfg = load_config(run / "config.toml")
-    out = {}
-    for name, model in (
-        ("untrained", TinyModel.fresh(cfg.model)),
-        ("trained", TinyModel.load(run / "checkpoints" / "latest.pt")),
-    ):
-        per_team: dict[str, list[int]] = {}
-        for team in cfg.team_sizes:
-            cfgs = [
-                team_episode(cfg, team, 70_000 + s, s, cfg.time_limit_end) for s in range(seeds)
-            ]
-            episodes = run_episodes(cfgs, TinyPolicy(model), concurrency=seeds)
-            per_team[bucket(team)] = per_team.get(bucket(team), []) + [
-                e.stats.world_tokens for e in episodes
-            ]
-        average = float(np.mean([x for v in per_team.values() for x in v]))
-        out[name] = {b: float(np.mean(v)) / average for b, v in per_team.items()}
-    return out
+def ends(table: np.ndarray) -> tuple[Interval, Interval]:
+    """The first and the last 20% of training: (seeds x those steps) intervals."""
+    k = max(1, table.shape[1] // 5)
+    return bootstrap(table[:, :k]), bootstrap(table[:, -k:])
 
 
-# -- 4. held-out evaluation of each run --------------------------------------------------------
+# -- figures ------------------------------------------------------------------------------------
 
 
-def evaluate(run: Path, seeds: int) -> dict[str, float]:
-    """Mean score of a run's final policy on held-out instances, every team size, at the
-    main run's final time limit (the same yardstick for every ablation)."""
-    cfg = load_config(run / "config.toml")
-    model = TinyModel.load(run / "checkpoints" / "latest.pt")
-    out = {}
-    for team in cfg.team_sizes:
-        cfgs = [team_episode(cfg, team, 90_000 + s, s, EVAL_T) for s in range(seeds)]
-        episodes = run_episodes(cfgs, TinyPolicy(model), concurrency=seeds)
-        out[str(team)] = float(np.mean([e.score for e in episodes]))
-    return out
+def _band(ax: Any, x: np.ndarray, table: np.ndarray, label: str, **kw: Any) -> None:
+    m = np.nanmean(table, 0)
+    ax.plot(x, m, label=label, **kw)
+    if table.shape[0] > 1:
+        ax.fill_between(x, np.nanmin(table, 0), np.nanmax(table, 0), alpha=0.2, **kw)
 
 
-# -- figures ---------------------------------------------------------------------------------------
-
-
-def plots(
-    out: Path,
-    runs: dict[str, Path],
-    latency: dict[str, Any] | None,
-    evals: dict[str, dict[str, float]],
-) -> list[str]:
+def plots(out: Path, res: dict[str, Any]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -281,246 +319,357 @@ def plots(
         plt.close(fig)
         files.append(name)
 
-    main = read_metrics(runs["workshop"])
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    useful_work_lines(ax, main)
-    ax.set(
-        xlabel="training step",
-        ylabel="useful tokens per rollout / environment average",
-        title="1. Useful work by team size (workshop, CEO budgets)",
+    curves = res["curves"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for b, table in curves["useful_rel"].items():
+        _band(axes[0], np.arange(table.shape[1]), table, b)
+    axes[0].axhline(1.0, color="grey", ls=":")
+    axes[0].set(
+        xlabel="training step (main run; band: min-max over seeds)",
+        ylabel="useful tokens per rollout / this step's average",
+        title="1a. Useful work by team size, training",
     )
+    axes[0].legend(title="team")
+    ur = res["useful_rel_heldout"]
+    xs = np.arange(len(KINDS))
+    for j, (b, per) in enumerate(ur.items()):
+        m = [per[k].mean or 0 for k in KINDS]
+        err = [
+            [max(0, (per[k].mean or 0) - (per[k].lo or 0)) for k in KINDS],
+            [max(0, (per[k].hi or 0) - (per[k].mean or 0)) for k in KINDS],
+        ]
+        axes[1].bar(xs + j * 0.15, m, 0.15, yerr=err, label=b)
+    axes[1].set_xticks(xs + 0.3, KINDS)
+    axes[1].axhline(1.0, color="grey", ls=":")
+    axes[1].set(
+        ylabel="useful tokens / the evaluation's average rollout",
+        title=f"1b. Held-out, T={EVAL_T:g} s (95% intervals)",
+    )
+    axes[1].legend(title="team", fontsize=8)
     save(fig, "useful_work.png")
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for name in ("workshop", "relay"):
-        if name in runs:
-            rows = read_metrics(runs[name])
-            axes[0].plot([m.step for m in rows], [m.comm_tokens_per_hour for m in rows], label=name)
-            axes[1].plot([m.step for m in rows], [m.score_mean for m in rows], label=name)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, table in curves["comm"].items():
+        _band(axes[0], np.arange(table.shape[1]), table, name)
+    for name, table in curves["score"].items():
+        _band(axes[1], np.arange(table.shape[1]), table, name)
+    held = res["heldout"]
+    for k, ls in (("random", ":"), ("untrained", "--")):
+        axes[0].axhline(held["main"][k]["comm"].mean or 0, color="k", ls=ls, label=f"{k}, held-out")
+        axes[1].axhline(
+            held["main"][k]["score"].mean or 0, color="k", ls=ls, label=f"{k}, held-out"
+        )
     axes[0].set(
-        xlabel="training step",
-        ylabel="tokens / simulated hour",
-        title="2a. Communication intensity",
+        xlabel="training step", ylabel="comm tokens / simulated hour", title="2a. Communication"
     )
-    axes[1].set(xlabel="training step", ylabel="mean score", title="2b. Score over training")
+    axes[1].set(
+        xlabel="training step", ylabel="mean score (own limit)", title="2b. Score, training"
+    )
     for a in axes:
-        a.legend()
+        a.legend(fontsize=7)
     save(fig, "communication_and_score.png")
 
-    if latency:
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-        grid = np.array(latency["grid"]) / 60
-        ax.plot(grid, latency["collective_curve"], label=f"collective of {latency['team']}")
-        ax.plot(grid, latency["solo_curve"], label="solo, same token budget")
-        if latency["crossover_time"] is not None:
-            ax.axvline(
-                latency["crossover_time"] / 60, color="grey", ls=":", label="collective ahead"
-            )
-        ax.set(
-            xlabel="simulated minutes", ylabel="mean score", title="3. Performance against latency"
-        )
-        ax.legend()
-        save(fig, "latency.png")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind, lc in res["latency_curves"].items():
+        g = lc["grid"] / 60
+        ax.plot(g, lc["team"].mean((0, 1)), label=f"collective of 8, {kind}")
+        ax.plot(g, lc["solo"].mean((0, 1)), ls="--", label=f"solo, same tokens, {kind}")
+    ax.axvline(EVAL_T / 60, color="grey", ls=":")
+    ax.set(xlabel="simulated minutes", ylabel="mean score", title="3. Score against latency")
+    ax.legend(fontsize=7)
+    save(fig, "latency.png")
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name in ("workshop", "penalty", "no_pressure", "per_agent"):
-        if name in runs:
-            rows = read_metrics(runs[name])
-            label = "time limit (main)" if name == "workshop" else name
-            axes[0].plot([m.step for m in rows], [m.score_mean for m in rows], label=label)
-    axes[0].set(
-        xlabel="training step",
-        ylabel="mean score (own time limit)",
-        title="4a. Ablations during training",
-    )
-    axes[0].legend()
-    names = [
-        n for n in ("workshop", "penalty", "no_pressure", "per_agent", "untrained") if n in evals
-    ]
-    means = [float(np.mean(list(evals[n].values()))) for n in names]
-    axes[1].bar(names, means)
-    axes[1].set(
-        ylabel=f"held-out mean score, all teams, T={EVAL_T:g} s", title="4b. Ablations, evaluated"
-    )
-    axes[1].tick_params(axis="x", rotation=20)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    names = list(held)
+    for j, kind in enumerate(KINDS):
+        ivs = [held[n][kind]["score"] for n in names]
+        m = [iv.mean or 0 for iv in ivs]
+        err = [
+            [max(0, (iv.mean or 0) - (iv.lo or 0)) for iv in ivs],
+            [max(0, (iv.hi or 0) - (iv.mean or 0)) for iv in ivs],
+        ]
+        ax.bar(np.arange(len(names)) + j * 0.27, m, 0.27, yerr=err, label=kind)
+    ax.set_xticks(np.arange(len(names)) + 0.27, names, rotation=15)
+    ax.set(ylabel=f"held-out mean score, T={EVAL_T:g} s", title="4. Ablations (95% intervals)")
+    ax.legend()
     save(fig, "ablations.png")
     return files
 
 
-def _yes(reproduced: bool) -> str:
-    return "yes" if reproduced else "no"
+# -- findings -----------------------------------------------------------------------------------
 
 
-def verdicts(
-    runs: dict[str, Path],
-    latency: dict[str, Any] | None,
-    evals: dict[str, dict[str, float]],
-    useful: dict[str, dict[str, float]] | None = None,
-) -> list[dict[str, Any]]:
-    """Each reference finding, with the measured figure and whether it reproduced in kind."""
-    main = read_metrics(runs["workshop"])
-    first = max(1, len(main) // 20)  # "starts": the first 5% of training
-    k = max(1, len(main) // 5)  # "reaches": the last 20%
-    big = [m.useful_rel.get("5-8") for m in main]
-    big = [b for b in big if b is not None]
-    start, end = float(np.mean(big[:first])), float(np.mean(big[-k:]))
-    where_start = f"over the first {first} training steps"
-    where_end = f"over the last {k} training steps"
-    if useful and "5-8" in useful["untrained"]:
-        start, end = useful["untrained"]["5-8"], useful["trained"]["5-8"]
-        where_start = where_end = "on held-out instances"
-    comm: dict[str, tuple[float, float]] = {}  # per run: first vs last 20% of its steps
-    for name, run in runs.items():
-        c = [m.comm_tokens_per_hour for m in read_metrics(run)]
-        kk = max(1, len(c) // 5)
-        comm[name] = float(np.mean(c[:kk])), float(np.mean(c[-kk:]))
-    rises = [name for name, (c0, c1) in comm.items() if c1 > c0 * 1.1]
-    out = [
-        {
-            "finding": "a team of 5-8 starts below the average rollout in useful work",
-            "measured": f"{start:.2f} x average, untrained, {where_start}",
-            "reproduced": _yes(start < 1.0),
+def finding(
+    name: str,
+    value: Interval,
+    baselines: dict[str, Interval | float | None],
+    seed_figure: str,
+    *,
+    above: bool = True,
+    beyond: float | None = None,
+    note: str = "",
+) -> dict[str, Any]:
+    v, why = judge(value, baselines, above=above, beyond=beyond)
+    return {
+        "finding": name,
+        "value": value.mean,
+        "interval": [value.lo, value.hi],
+        "baselines": {
+            k: (msgspec.to_builtins(b) if isinstance(b, Interval) else b)
+            for k, b in baselines.items()
         },
-        {
-            "finding": "... and reaches about twice the average",
-            "measured": f"{end:.2f} x average, trained, {where_end}",
-            "reproduced": _yes(end >= 1.6),
-        },
-        {
-            "finding": "communication rises with training",
-            "measured": "tokens per simulated hour, first -> last 20% of steps: "
-            + "; ".join(f"{n} {c0:.0f} -> {c1:.0f}" for n, (c0, c1) in comm.items()),
-            "reproduced": "yes" if "workshop" in rises else "partly" if rises else "no",
-        },
-    ]
-    if latency:
-        ratio = latency["time_ratio"]
-        out.append(
-            {
-                "finding": "a solo agent with the same token budget needs ~4x as long",
-                "measured": (
-                    f"never reached the collective's {latency['collective_final_score']:.2f} "
-                    f"within the budget: it was spent by {latency['solo_stopped_at_mean']:.0f} s, "
-                    f"{latency['solo_stopped_at_mean'] / latency['t_max']:.1f}x the collective's "
-                    f"{latency['t_max']:.0f} s, at score {latency['solo_final_score']:.2f}"
-                )
-                if ratio is None
-                else f"{ratio:.1f}x as long",
-                "reproduced": _yes(ratio is None or ratio >= 2.5),
-            }
-        )
-        out.append(
-            {
-                "finding": "the collective overtakes the solo agent after some time",
-                "measured": "never"
-                if latency["crossover_time"] is None
-                else f"at {latency['crossover_time'] / 60:.1f} simulated minutes",
-                "reproduced": _yes(latency["crossover_time"] is not None),
-            }
-        )
-    if {"workshop", "no_pressure"} <= evals.keys():
-        a, b = (
-            np.mean(list(evals["workshop"].values())),
-            np.mean(list(evals["no_pressure"].values())),
-        )
-        out.append(
-            {
-                "finding": "latency pressure matters (time limit beats no pressure)",
-                "measured": f"{a:.3f} vs {b:.3f} held-out mean score",
-                "reproduced": _yes(a > b),
-            }
-        )
-    if {"workshop", "per_agent"} <= evals.keys():
-        a, b = np.mean(list(evals["workshop"].values())), np.mean(list(evals["per_agent"].values()))
-        out.append(
-            {
-                "finding": "the flat collective advantage beats a per-agent advantage",
-                "measured": f"{a:.3f} vs {b:.3f} held-out mean score",
-                "reproduced": _yes(a > b),
-            }
-        )
-    return out
-
-
-def write_readme(out: Path, summary: dict[str, Any]) -> None:
-    lines = [
-        "# Signs of life: results",
-        "",
-        "Written by `python bench/signs_of_life.py` (its docstring says what each figure is).",
-        f"quick={summary['quick']}. This invocation took {summary['wall_seconds'] / 60:.1f} min "
-        "(a run already complete is reused, not trained again). Training wall time of each run "
-        "(since its last start, from its metrics): "
-        + ", ".join(f"{n} {s:.0f} s" for n, s in summary["train_seconds"].items())
-        + f" ({sum(summary['train_seconds'].values()) / 60:.1f} min in all).",
-        "",
-        *(
-            []
-            if summary["quick"]
-            else ["What the findings mean and what was tried: [DISCUSSION.md](DISCUSSION.md).", ""]
-        ),
-        "| reference finding | measured here | reproduced in kind? |",
-        "|---|---|---|",
-    ]
-    for v in summary["verdicts"]:
-        lines.append(f"| {v['finding']} | {v['measured']} | {v['reproduced']} |")
-    lines += ["", "Figures: " + ", ".join(f"[{f}]({f})" for f in summary["figures"]), ""]
-    lines += ["Settings (every run's full config is in `runs/<name>/config.toml`):", ""]
-    for name, cfg in summary["settings"].items():
-        lines.append(f"- `{name}`: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
-    (out / "README.md").write_text("\n".join(lines) + "\n")
+        "seed_figure": seed_figure,
+        "verdict": v,
+        "why": why + (f"; {note}" if note else ""),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a few-minute smoke version")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--only", default="", help="comma-separated runs (default: all)")
+    p.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    p.add_argument("--seeds", type=int, default=0, help="training seeds (default 3; quick 1)")
+    p.add_argument("--steps", type=int, default=0, help="training steps (default 10; quick 2)")
+    p.add_argument("--instances", type=int, default=0, help="held-out instances (default 8)")
+    p.add_argument("--orgs", action="store_true", help="also train orchestrator and islands")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    a.out.mkdir(parents=True, exist_ok=True)
+    specs = variants(a.quick, a.orgs, a.steps or None)
     only = set(filter(None, a.only.split(","))) or None
-    if only is not None and not only <= set(variants(a.quick)):
-        p.error(f"--only: unknown runs {sorted(only - set(variants(a.quick)))}")
-    if only is not None and "workshop" not in only:
-        p.error("--only must include workshop: every figure compares against the main run")
-    runs = run_all(a.out, a.quick, only)
-    seeds = 3 if a.quick else 12
-    latency = latency_study(runs["workshop"], seeds, team=8) if "workshop" in runs else None
-    evals = {name: evaluate(run, seeds) for name, run in runs.items()}
-    useful = useful_work(runs["workshop"], seeds) if "workshop" in runs else None
-    figures = plots(a.out, runs, latency, evals)
-    differences = {
-        name: {
-            k: v
-            for k, v in fields.items()
-            if base_config(a.quick).get(k) != v or name == "workshop"
+    if only is not None and not only <= set(specs):
+        p.error(f"--only: unknown variants {sorted(only - set(specs))}")
+    if only is not None and "main" not in only:
+        p.error("--only must include main: every finding compares against the main run")
+    specs = {k: v for k, v in specs.items() if only is None or k in only}
+    seeds = list(range(a.seeds or (1 if a.quick else 3)))
+    n = a.instances or (2 if a.quick else 8)
+    a.out.mkdir(parents=True, exist_ok=True)
+    runs = run_all(a.out, specs, seeds)
+    t_train = time.perf_counter() - t0
+    main_cfg = load_config(runs["main"][0] / "config.toml")
+    teams = main_cfg.team_sizes
+
+    heldout: dict[str, dict[str, dict[str, Interval]]] = {}
+    raw: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    for name, rs in runs.items():
+        kinds = KINDS if name == "main" else ("trained",)
+        raw[name] = {k: evaluate(rs, k, n, EVAL_T) for k in kinds}
+        heldout[name] = {
+            k: {"score": mean_score(ev), "comm": bootstrap(ev["comm"].mean(axis=1))}
+            for k, ev in raw[name].items()
         }
-        for name, fields in variants(a.quick).items()
-        if name in runs
+        print(f"[{name}] evaluated: {heldout[name]['trained']['score'].text()}", flush=True)
+    for name in ("flat", "per_agent", "no_pressure", "orchestrator", "islands"):
+        if name in raw:  # their baselines: the main run's, the same instances and seeds
+            for k in ("random", "untrained"):
+                heldout[name][k] = heldout["main"][k]
+    own_limit = None
+    if "no_pressure" in runs:
+        ev = evaluate(runs["no_pressure"], "trained", n, LOOSE)
+        own_limit = mean_score(ev)
+    buckets = list(dict.fromkeys(bucket(t) for t in teams))
+    useful_h = {b: {k: useful_rel(raw["main"][k], teams, b) for k in KINDS} for b in buckets}
+    latency = {k: latency_curves(runs["main"], k, n, team=8) for k in KINDS}
+    lat = {k: latency_figures(lc) for k, lc in latency.items()}
+
+    curves = {
+        "useful_rel": {
+            b: curve_table(runs["main"], lambda m, b=b: m.useful_rel.get(b)) for b in buckets
+        },
+        "comm": {k: curve_table(r, lambda m: m.comm_tokens_per_hour) for k, r in runs.items()},
+        "score": {k: curve_table(r, lambda m: m.score_mean) for k, r in runs.items()},
     }
+    big_early, big_late = ends(curves["useful_rel"]["5-8"])
+    comm_early, comm_late = ends(curves["comm"]["main"])
+    h = heldout["main"]
+    base = {"random": h["random"]["score"], "untrained": h["untrained"]["score"]}
+    ur = useful_h.get("5-8", {})
+    findings = [
+        finding(
+            "held-out score of the trained collective (all teams, main run)",
+            h["trained"]["score"],
+            base,
+            "(learning itself)",
+        ),
+        finding(
+            "a team of 5-8 starts below the average rollout in useful work",
+            big_early,
+            {"1.0 (the average)": 1.0},
+            "below 1x early",
+            above=False,
+            note="first 20% of training steps, relative to each step's own average",
+        ),
+        finding(
+            "... and reaches about twice the average (held-out)",
+            ur.get("trained", Interval(mean=None, lo=None, hi=None)),
+            {"random": ur.get("random"), "untrained": ur.get("untrained")},
+            "~2x by the end",
+            beyond=1.5,
+            note=f"training's last 20%: {big_late.text()}",
+        ),
+        finding(
+            "communication rises over training (held-out, tokens per simulated hour)",
+            h["trained"]["comm"],
+            {"random": h["random"]["comm"], "untrained": h["untrained"]["comm"]},
+            "rises, ~12k -> ~21k tokens/h over the first 18 steps",
+            note=f"training curve, first -> last 20%: {comm_early.text('.0f')} -> "
+            f"{comm_late.text('.0f')}",
+        ),
+        finding(
+            "a solo agent with the same token budget needs ~4x as long to reach the collective's "
+            "score",
+            lat["trained"]["time_ratio"],
+            {"random": lat["random"]["time_ratio"], "untrained": lat["untrained"]["time_ratio"]},
+            "~4x",
+            beyond=2.5,
+            note="a solo that never gets there within "
+            f"{EVAL_T * HORIZON:g} s counts as that long (a lower bound)",
+        ),
+        finding(
+            "the solo leads early, then the collective overtakes (largest solo lead before "
+            f"{EVAL_T:g} s)",
+            lat["trained"]["solo_early_lead"],
+            {
+                "0 (no lead)": 0.0,
+                "random": lat["random"]["solo_early_lead"],
+                "untrained": lat["untrained"]["solo_early_lead"],
+            },
+            "solo ahead early, collective ahead later",
+            note="the collective is ahead at the limit: "
+            f"{lat['trained']['collective_final'].text()} vs solo "
+            f"{lat['trained']['solo_at_t_max'].text()}",
+        ),
+    ]
+    if "no_pressure" in heldout:
+        findings.append(
+            finding(
+                "latency pressure matters: the main run beats no pressure at the main run's limit",
+                h["trained"]["score"],
+                {**base, "no_pressure": heldout["no_pressure"]["trained"]["score"]},
+                "time limit > no pressure",
+                note=f"no pressure at its own {LOOSE:g} s limit: "
+                f"{own_limit.text() if own_limit else 'missing'}",
+            )
+        )
+    for name, text, seed_fig in (
+        ("per_agent", "the flat collective advantage beats a per-agent (leave-one-out) one", ">"),
+        ("flat", "the CEO organisation beats a flat one", "(not in the seed)"),
+        ("orchestrator", "the CEO organisation beats the orchestrator", "(not in the seed)"),
+        ("islands", "the CEO organisation beats islands", "(not in the seed)"),
+    ):
+        if name in heldout:
+            findings.append(
+                finding(
+                    text,
+                    h["trained"]["score"],
+                    {**base, name: heldout[name]["trained"]["score"]},
+                    seed_fig,
+                )
+            )
+    res = {
+        "curves": curves,
+        "heldout": heldout,
+        "useful_rel_heldout": useful_h,
+        "latency_curves": latency,
+    }
+    figures = plots(a.out, res)
+    binding = {}
+    for name, rs in runs.items():
+        tail = [m for r in rs for m in read_metrics(r)[-max(1, len(read_metrics(r)) // 5) :]]
+        binding[name] = float(np.mean([m.duration_mean / m.time_limit for m in tail]))
+
+    def iv(x: Interval) -> Any:
+        return msgspec.to_builtins(x)
+
     summary = {
         "quick": a.quick,
         "wall_seconds": time.perf_counter() - t0,
-        "train_seconds": {name: read_metrics(run)[-1].wall_time for name, run in runs.items()},
-        "latency": latency,
-        "evaluation": evals,
-        "useful_work": useful,
-        "verdicts": verdicts(runs, latency, evals, useful),
+        "train_seconds": t_train,
+        "seeds": seeds,
+        "instances": n,
+        "eval_time_limit": EVAL_T,
+        "findings": findings,
+        "heldout": {
+            name: {k: {f: iv(x) for f, x in d.items()} for k, d in per.items()}
+            for name, per in heldout.items()
+        },
+        "no_pressure_at_own_limit": iv(own_limit) if own_limit else None,
+        "duration_over_limit_last_20pct": binding,
+        "useful_rel_heldout": {b: {k: iv(x) for k, x in d.items()} for b, d in useful_h.items()},
+        "latency": {k: {f: iv(x) for f, x in d.items()} for k, d in lat.items()},
+        "latency_curves": {
+            k: {
+                "grid": lc["grid"][::8].tolist(),
+                "collective": lc["team"].mean((0, 1))[::8].tolist(),
+                "solo": lc["solo"].mean((0, 1))[::8].tolist(),
+            }
+            for k, lc in latency.items()
+        },
         "figures": figures,
         "settings": {
-            n: {k: (str(v) if not isinstance(v, int | float | str) else v) for k, v in d.items()}
-            for n, d in differences.items()
+            n_: {k: (v if isinstance(v, int | float | str) else str(v)) for k, v in f.items()}
+            for n_, f in specs.items()
         },
         "metrics": {
-            name: [msgspec.to_builtins(m) for m in read_metrics(run)] for name, run in runs.items()
+            r.name: [msgspec.to_builtins(m) for m in read_metrics(r)]
+            for rs in runs.values()
+            for r in rs
         },
     }
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_readme(a.out, summary)
-    for v in summary["verdicts"]:
-        print(f"{v['reproduced']:>6}  {v['finding']}: {v['measured']}")
-    print(f"wrote {a.out} in {summary['wall_seconds'] / 60:.1f} min")
+    for f in findings:
+        lo, hi = f["interval"]
+        val = (
+            "missing"
+            if f["value"] is None or lo is None
+            else f"{f['value']:.3g} [{lo:.3g}, {hi:.3g}]"
+        )
+        print(f"{f['verdict']:>4}  {f['finding']}: {val}", flush=True)
+    print(f"wrote {a.out} in {summary['wall_seconds'] / 60:.1f} min", flush=True)
     return 0
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, dict):
+        if x.get("mean") is None:
+            return "missing"
+        lo, hi = x.get("lo"), x.get("hi")
+        return f"{x['mean']:.3g}" + ("" if lo is None else f" [{lo:.3g}, {hi:.3g}]")
+    return "missing" if x is None else f"{x:.3g}"
+
+
+def write_readme(out: Path, s: dict[str, Any]) -> None:
+    lines = [
+        "# Signs of life: results",
+        "",
+        "Written by `python bench/signs_of_life.py` (its docstring says what each figure is). "
+        f"quick={s['quick']}; seeds {s['seeds']}, {s['instances']} held-out instances per team "
+        f"size; {s['wall_seconds'] / 60:.1f} min in all ({s['train_seconds'] / 60:.1f} training).",
+        "Every figure: mean [95% bootstrap interval over seeds and instances]. Verdict: yes only "
+        "when the interval clears every baseline (collective/intervals.py).",
+        "",
+        "| finding | trained | random | untrained | other baselines | seed | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in s["findings"]:
+        value = {"mean": f["value"], "lo": f["interval"][0], "hi": f["interval"][1]}
+        b = dict(f["baselines"])
+        rnd, unt = b.pop("random", None), b.pop("untrained", None)
+        other = "; ".join(f"{k} {_fmt(v)}" for k, v in b.items()) or "-"
+        lines.append(
+            f"| {f['finding']} | {_fmt(value)} | {_fmt(rnd)} | {_fmt(unt)} | {other} | "
+            f"{f['seed_figure']} | {f['verdict']} ({f['why']}) |"
+        )
+    lines += ["", "Held-out mean score by run (T = 180 s):", ""]
+    for name, per in s["heldout"].items():
+        lines.append(f"- `{name}`: " + ", ".join(f"{k} {_fmt(d['score'])}" for k, d in per.items()))
+    lines += ["", "Figures: " + ", ".join(f"[{f}]({f})" for f in s["figures"]), ""]
+    lines += ["Settings (every run's full config is in `runs/<name>-s<seed>/config.toml`):", ""]
+    for name, cfg in s["settings"].items():
+        lines.append(f"- `{name}`: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+    (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

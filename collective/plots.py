@@ -19,7 +19,7 @@ def _pyplot():  # matplotlib is an optional extra; import it only when drawing
 
 
 def useful_work_lines(ax: Any, rows: Sequence[StepMetrics]) -> None:
-    """One line per team size: useful work per rollout over the running average, by step."""
+    """One line per team size: useful work per rollout over that step's average rollout."""
     for b in TEAM_BUCKETS:
         pts = [(r.step, r.useful_rel[b]) for r in rows if b in r.useful_rel]
         if pts:
@@ -67,7 +67,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     useful_work_lines(ax, rows)
     ax.set(
         xlabel="step",
-        ylabel="useful tokens / average rollout",
+        ylabel="useful tokens per rollout / this step's average",
         title="Useful work relative to the average rollout, by team size",
     )
     save(fig, "useful_work.png")

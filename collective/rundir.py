@@ -56,8 +56,8 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     duration_mean: float  # simulated seconds per episode
     output_tokens: int
     useful_tokens_mean: float  # output tokens of turns acting on the world, per rollout
-    useful_average: float  # the environment's running average of that, over all steps so far
-    useful_rel: dict[str, float]  # by team size: useful tokens per rollout / running average
+    useful_average: float  # this step's average of that, over all its rollouts (every team size)
+    useful_rel: dict[str, float]  # by team size: useful tokens per rollout / this step's average
     comm_tokens_per_hour: float  # message and post tokens per simulated hour
     staleness_mean: float
     staleness_max: int
@@ -91,8 +91,8 @@ class TrainState(msgspec.Struct):
     """What resuming needs besides the weights: where the run is."""
 
     step: int  # the next step to run
-    useful_sum: float
-    useful_n: int
+    useful_sum: float  # unused since useful work is relative to each step's own average;
+    useful_n: int  # kept so that run directories written before still resume
     elapsed: float  # wall seconds spent before this (re)start
 
 

@@ -32,8 +32,8 @@ from collective.conductor import lone_error
 from collective.config import TrainConfig, dump_config, load_config, time_limit_at
 from collective.learner import Learner, Sample, clipped_pg_loss
 from collective.loggers import check_logger, open_logger
-from collective.organisation import PRIMITIVES, make_organisation
-from collective.records import Committed, Episode, Spawned
+from collective.organisation import make_organisation
+from collective.records import Episode, Spawned
 from collective.rollouts import LocalRollouts, Rollouts, team_config, team_size
 from collective.rundir import (
     TEAM_BUCKETS,
@@ -55,11 +55,11 @@ __all__ = [
     "TrainConfig",
     "bucket",
     "clipped_pg_loss",
-    "contributions",
     "dump_config",
     "episode_key",
     "episode_name",
     "group_advantages",
+    "group_credits",
     "load_config",
     "penalised_returns",
     "read_metrics",
@@ -93,19 +93,17 @@ def group_advantages(returns: np.ndarray, std_normalise: bool) -> np.ndarray:
     return adv
 
 
-def contributions(ep: Episode) -> dict[int, float]:
-    """Each agent's own share of the score: every rise of the score is split equally among the
-    agents whose world tools landed at that instant. (For the per-agent ablation.)"""
-    landed: dict[float, list[int]] = {}
-    for e in ep.events:
-        if isinstance(e, Committed) and e.ok and e.tool not in PRIMITIVES:
-            landed.setdefault(e.t, []).append(e.agent)
-    share: dict[int, float] = {}
-    for (_, before), (t, after) in zip(ep.curve, ep.curve[1:], strict=False):
-        who = landed.get(t, [])
-        for agent in who:
-            share[agent] = share.get(agent, 0.0) + (after - before) / len(who)
-    return share
+def group_credits(groups: list[list[Episode]]) -> list[list[dict[int, float]]]:
+    """Every agent's leave-one-out credit (``collective.credit``), group by group; all the
+    counterfactual re-runs of the step at once (in its own trio run: call it from a thread)."""
+    from collective.credit import leave_one_out
+
+    flat = leave_one_out([e for g in groups for e in g])
+    out, i = [], 0
+    for g in groups:
+        out.append(flat[i : i + len(g)])
+        i += len(g)
+    return out
 
 
 def stale_weight(cfg: TrainConfig, staleness: int) -> float | None:
@@ -120,20 +118,28 @@ def stale_weight(cfg: TrainConfig, staleness: int) -> float | None:
 
 
 def step_samples(
-    cfg: TrainConfig, step: int, groups: list[list[Episode]], useful_average: float
+    cfg: TrainConfig,
+    step: int,
+    groups: list[list[Episode]],
+    credits: list[list[dict[int, float]]] | None = None,
 ) -> tuple[list[Sample], dict[str, Any], list[bool]]:
     """Turn a step's groups into token samples with their advantages, plus metrics.
 
-    ``useful_average`` is the environment's running average of useful tokens per rollout, this
-    step's included. Returns (samples, metrics, whether each episode was used: False for one
-    dropped as stale), episodes in group and member order."""
+    ``credits`` (the per-agent ablation, ``advantage = "individual"``): each episode's
+    leave-one-out credit per agent (``collective.credit``), computed here when not given.
+    Useful work is reported relative to this step's own average rollout (the average over all
+    its groups, every team size alike), as the reference work measures it. Returns (samples,
+    metrics, whether each episode was used: False for one dropped as stale), episodes in group
+    and member order."""
     samples: list[Sample] = []
     returns_all: list[float] = []
     staleness: list[int] = []
     used: list[bool] = []
     downweighted = 0
     by_bucket: dict[str, list[float]] = {}
-    for episodes in groups:
+    if cfg.advantage == "individual" and credits is None:
+        credits = group_credits(groups)
+    for g, episodes in enumerate(groups):
         scores = np.array([e.score for e in episodes])
         durations = np.array([e.duration for e in episodes])
         t_max = episodes[0].config.time_limit
@@ -141,7 +147,8 @@ def step_samples(
         adv = group_advantages(returns, cfg.std_normalise)
         returns_all += returns.tolist()
         if cfg.advantage == "individual":
-            shares = [contributions(e) for e in episodes]
+            assert credits is not None
+            shares = credits[g]
             everyone = [  # every agent that took part, hired or fired ones included
                 s.get(ev.agent, 0.0)
                 for e, s in zip(episodes, shares, strict=True)
@@ -178,6 +185,7 @@ def step_samples(
         team = team_size(cfg, step * cfg.groups_per_step + g)
         by_bucket.setdefault(bucket(team), []).extend(e.stats.world_tokens for e in episodes)
     useful = [e.stats.world_tokens for e in flat]
+    useful_average = float(np.mean(useful))
     hours = sum(e.duration for e in flat) / 3600
     metrics = {
         "time_limit": flat[0].config.time_limit,
@@ -346,12 +354,10 @@ def train(
         async with rollouts.running():
             for step in range(state.step, cfg.steps):
                 groups = await rollouts.groups(step)
-                useful = [e.stats.world_tokens for g in groups for e in g]
-                state.useful_sum += sum(useful)
-                state.useful_n += len(useful)
-                samples, m, used = step_samples(
-                    cfg, step, groups, state.useful_sum / state.useful_n
-                )
+                credits = None
+                if cfg.advantage == "individual":  # counterfactual re-runs, off the event loop
+                    credits = await trio.to_thread.run_sync(group_credits, groups)
+                samples, m, used = step_samples(cfg, step, groups, credits)
                 stats = await trio.to_thread.run_sync(learner.step, samples)
                 version = step + 1
                 weights = backend.weights(model) if backend.pinned else {}

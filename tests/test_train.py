@@ -164,7 +164,7 @@ def test_orchestrator_sub_agents_are_not_trained() -> None:
     ]
     episodes = run_episodes(configs, TinyPolicy(model))
     assert {t.policy for e in episodes for t in e.turns} == {"trained", "frozen"}
-    samples, _, _ = step_samples(cfg, 0, [episodes], 0.0)
+    samples, _, _ = step_samples(cfg, 0, [episodes])
     trained = [t for e in episodes for t in e.turns if t.policy == "trained" and t.token_ids]
     assert len(samples) == len(trained)
     assert {s.prompt for s in samples} == {t.prompt for t in trained}
@@ -200,7 +200,7 @@ def test_flat_advantage_is_shared_by_every_token_of_a_rollout() -> None:
     ]
     conductor = Conductor(TinyPolicy(TinyModel.fresh(cfg.model)))
     episodes = trio.run(lambda: conductor.play(configs, concurrency=4))
-    samples, _, _ = step_samples(cfg, 0, [episodes], 0.0)
+    samples, _, _ = step_samples(cfg, 0, [episodes])
     returns = np.array([e.score for e in episodes])
     i = 0
     for ep, a in zip(episodes, returns - returns.mean(), strict=True):
@@ -313,7 +313,7 @@ def test_the_learner_sees_the_distribution_that_sampled(tmp_path: Path) -> None:
         for i in range(3)
     ]
     episodes = run_episodes(configs, TinyPolicy(model))
-    samples, _, _ = step_samples(cfg, 0, [episodes], 0.0)
+    samples, _, _ = step_samples(cfg, 0, [episodes])
     stats = Learner(model, cfg, backend.logprob_kwargs()).step(samples)
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert stats["clip_fraction"] == 0.0

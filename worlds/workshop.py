@@ -20,6 +20,25 @@ message, so ``collective show`` tells how knowledge spread.
 
 Everything an agent reads or does costs O(``view``): the ready set, the counts and who knows
 what are kept up to date as work lands, so ten thousand agents stay cheap.
+
+Knobs that decide what an experiment can find (each defaults to the world as first built; the
+signs-of-life study, ``bench/signs_of_life.py``, sets them so that no finding is built in):
+
+- ``modules``: 0 sizes the project by the world's agent count, so a bigger team (or a bigger
+  hiring budget) gets a bigger task, and its share of work grows with its headcount alone;
+  that forces "team 5-8 does ~2x the average useful work". A fixed ``modules`` makes the task
+  the environment's, the same instance whatever the team.
+- ``holders``: ``"slots"`` gives key j to a random agent *slot*; a solo agent put on a task
+  sized for 8 then lacks every key held by a slot that does not exist in its run, which forces
+  "a solo agent never catches up". ``"first"`` gives every key to agent 0 (the solo agent, the
+  CEO, the first of a flat team), so a lone agent can build everything, and a team must pass
+  keys on, by messages that cost tokens and time, to use its extra hands.
+- ``onboard_seconds``: a hired agent's first unit of work lands only this long after it was
+  hired (0: at once). With free hires, hiring everyone at once is free parallelism, which
+  forces "the collective wins from the first minute"; a cost lets a solo lead early.
+- ``posts_teach``: whether a key said in a ``post`` teaches the whole group at once (True) or
+  teaches nobody (False: keys travel by direct message only). One post reaching everyone makes
+  knowledge free to spread at any scale, which forces "key passing does not slow a big team".
 """
 
 from __future__ import annotations
@@ -51,13 +70,17 @@ class Workshop(World):
         keys: int = 4,
         view: int = 3,
         work_seconds: float = 10.0,
+        holders: str = "slots",
+        onboard_seconds: float = 0.0,
+        posts_teach: bool = True,
     ) -> None:
         """``size`` modules per agent (the project grows with the team), or exactly ``modules``
         when given (to put teams of different sizes on one project); ``parallel`` of them
         in the first layer (ready from the start), the rest spread over ``depth - 1`` more
         layers, each module depending on one or two of the layer before; each needs 1 to
         ``units`` units of work; ``knowledge`` of them need one of ``keys`` keys (at most one
-        key per agent, so a solo agent knows them all)."""
+        key per agent, so a solo agent knows them all). ``holders``, ``onboard_seconds`` and
+        ``posts_teach``: see the module's docstring."""
         super().__init__(n_agents, seed)
         checks = [
             (size >= 1, f"size must be >= 1, got {size}"),
@@ -73,11 +96,15 @@ class Workshop(World):
             (keys >= 1, f"keys must be >= 1, got {keys}"),
             (1 <= view <= 9, f"view must be in 1..9, got {view}"),
             (work_seconds > 0, f"work_seconds must be > 0, got {work_seconds}"),
+            (holders in ("slots", "first"), f"holders must be slots or first, got {holders!r}"),
+            (onboard_seconds >= 0, f"onboard_seconds must be >= 0, got {onboard_seconds}"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"Workshop: {msg}")
         self.view, self.work_seconds, self.penalty = view, work_seconds, duplicate_penalty
+        self.onboard, self.posts_teach = onboard_seconds, posts_teach
+        self.starts: dict[int, float] = {}  # hired agent -> when its first unit may land
         rng = self.rng
         n = self.modules = modules or size * n_agents
         first = max(1, round(parallel * n)) if depth > 1 else n
@@ -96,13 +123,19 @@ class Workshop(World):
                 for dep in sorted(set(rng.choices(below, k=rng.randint(1, 2)))):
                     self.dependents[dep].append(m)
                     self.missing[m] += 1
-        self.n_keys = min(keys, n_agents)
-        self.holder = rng.sample(range(n_agents), self.n_keys)  # key j's only holder at start
+        if holders == "first":  # every key with agent 0; no draw depends on the team's size
+            self.n_keys = keys
+            self.holder = [0] * keys
+        else:
+            self.n_keys = min(keys, n_agents)
+            self.holder = rng.sample(range(n_agents), self.n_keys)  # key j's only holder at start
         self.key_of = [
             rng.randrange(self.n_keys) if rng.random() < knowledge else -1 for _ in range(n)
         ]
         self.lexicon = (*type(self).lexicon, *(f"k{j}" for j in range(self.n_keys)))
-        self.known: dict[int, set[int]] = {a: {j} for j, a in enumerate(self.holder)}
+        self.known: dict[int, set[int]] = {}
+        for j, a in enumerate(self.holder):
+            self.known.setdefault(a, set()).add(j)
         self.public: set[int] = set()  # keys posted on a channel: everyone knows them
         self.wanted: set[int] = set()  # keys someone was refused work for
         self.progress = [0.0] * n
@@ -141,7 +174,16 @@ class Workshop(World):
         parts.append("slots: " + (", ".join(slots) if slots else "none ready"))
         return " ".join(parts)
 
-    @tool(duration="work_seconds")
+    def _work_seconds(self, agent: int, slot: int) -> float:
+        """A unit of work takes ``work_seconds``; a new hire's first one also waits out the rest
+        of its onboarding."""
+        return self.work_seconds + max(0.0, self.starts.get(agent, 0.0) - self.now)
+
+    def join(self, agent: int) -> None:
+        if self.onboard:
+            self.starts[agent] = self.now + self.onboard
+
+    @tool(duration=_work_seconds)
     def work(self, agent: int, slot: Annotated[int, Range(1, "view")]) -> str:
         """do one unit of work on the module in a slot"""
         desk = self.desk.get(agent)
@@ -183,6 +225,8 @@ class Workshop(World):
         for match in _KEY.finditer(text):
             key = int(match.group(1))
             if key < self.n_keys and self.knows(sender, key):
+                if to is None and not self.posts_teach:
+                    continue
                 if to is None:
                     self.public.add(key)
                 else:
