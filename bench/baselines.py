@@ -35,6 +35,7 @@ from bench.city import SparsePolicy
 from collective.actions import Action, ActionError, ActionSpace, parse_action
 from collective.comms import Archive
 from collective.episode import LiveEpisode
+from collective.quiescence import Quiescence
 from collective.records import EpisodeConfig, Turn
 from collective.seeding import derive
 from collective.world import ToolError, World
@@ -76,7 +77,7 @@ class Town:
             raise ValueError(f"the baselines run the city organisation, not {cfg.org!r}")
         # A LiveEpisode is built only for its world and action space, so both are exactly the
         # engine's; it is never played.
-        shape = LiveEpisode(cfg, conductor=None, program=None)  # type: ignore[arg-type]
+        shape = LiveEpisode(cfg, Quiescence(), program=None)  # type: ignore[arg-type]
         self.cfg = cfg
         self.world: World = shape.worlds[0]
         self.space: ActionSpace = shape.space_for("worker", 0)

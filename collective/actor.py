@@ -125,7 +125,7 @@ class Actor:
         not a closure made at every park.)"""
         self.request = None
         self.parked = False
-        self.ep.conductor.runnable += 1
+        self.ep.quiet.running()
         return trio.lowlevel.Abort.SUCCEEDED
 
     def observe(self) -> str:

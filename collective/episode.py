@@ -1,10 +1,11 @@
-"""One live episode: its worlds, its actors, its heap of due events, and where effects land.
+"""One live episode: its worlds, its actors, its agenda of due events, and where effects land.
 
 This is where an agent's message goes. Every effect on shared state (a tool call, a delivery, a
 post, a hire or fire, a world's own event) is applied here, by the conductor, either when it
 starts a parked actor's request (``start_requests``, in agent-id order) or when the simulated
-clock reaches the effect (``advance``, in heap order ``(time, priority, agent, seq)``). Actors
-are resumed only inside ``advance``, so everything an actor reads was committed before it ran.
+clock reaches the effect (``advance``, in the agenda's order ``(time, priority, agent, seq)``:
+see ``collective.agenda``). Actors are resumed only inside ``advance``, so everything an actor
+reads was committed before it ran.
 
 A world method that raises (anything but a tool's ``ToolError``) is a ``WorldBug``: it is
 caught where the conductor entered the episode (``advance``, ``start_requests``), logged as a
@@ -13,7 +14,6 @@ caught where the conductor entered the episode (``advance``, ``start_requests``)
 
 from __future__ import annotations
 
-import heapq
 import inspect
 import math
 import operator
@@ -42,9 +42,11 @@ from collective.actor import (
     prompt_digest,
     sender_name,
 )
+from collective.agenda import Agenda, Answer, Land, Resume, Timer, WorldEvent
 from collective.comms import Archive, Channel, Message
 from collective.log import get_logger
 from collective.organisation import make_organisation
+from collective.quiescence import Quiescence
 from collective.records import (
     CHUNK_RECORDS,
     Asked,
@@ -81,12 +83,6 @@ from collective.world import Scalar, ToolError, World, WorldBug, checked_score
 from policy.base import PolicyRequest, PolicyResponse
 
 log = get_logger("collective.episode")
-
-# Priorities of heap entries that fall on the same instant: answers first, then the world's own
-# events (so an action landing at t sees what happened at t), then effects, then plain
-# resumptions, then timers, so a message landing at t wakes a waiter before its timeout. (Only
-# the order matters: these numbers are never recorded.)
-RESPOND, WORLD, COMMIT, RESUME, TIMER = 0, 1, 2, 3, 4
 
 _BY_ID = operator.attrgetter("id")
 
@@ -142,13 +138,13 @@ class LiveEpisode:
     def __init__(
         self,
         cfg: EpisodeConfig,
-        conductor: Any,
+        quiet: Quiescence,
         program: Program,
         replay: Replay | None = None,
         recorder: Recorder | None = None,
     ) -> None:
         self.cfg = cfg
-        self.conductor = conductor
+        self.quiet = quiet
         self.program = program
         self.replay = replay
         self.org = make_organisation(cfg.org, cfg.budget)
@@ -166,8 +162,7 @@ class LiveEpisode:
         ]
         self.now = 0.0
         self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0
-        self.heap: list[tuple[float, int, int, int, int, Any]] = []
-        self.seq = 0
+        self.agenda = Agenda()
         self.pending: list[Actor] = []
         self.actors: dict[int, Actor] = {}
         self.group_sizes = list(sizes)
@@ -215,7 +210,7 @@ class LiveEpisode:
         self.group_of = {id(w): g for g, w in enumerate(self.worlds)}
         for w in self.worlds:
             for t, fn, args in w._attach(self):  # the events its constructor scheduled
-                self._schedule(t, WORLD, self.group_of[id(w)], (w, fn, args))
+                self.agenda.push(t, self.group_of[id(w)], WorldEvent(w, fn, args))
         try:
             self.curve.append((0.0, self.score()))
         except WorldBug as bug:
@@ -284,7 +279,7 @@ class LiveEpisode:
         self.alive += 1
         self.stats.peak_agents = max(self.stats.peak_agents, self.alive)
         self.log(Spawned(self.now, agent_id, role, by))
-        self.conductor.runnable += 1
+        self.quiet.running()
         if self.holding:
             self.hired.append(actor)
         else:
@@ -305,7 +300,7 @@ class LiveEpisode:
             if actor.alive:
                 actor.alive = False
                 self.alive -= 1
-            self.conductor.task_done()
+            self.quiet.parked()
 
     # -- parking: the only way an actor waits ----------------------------------------------------
 
@@ -317,7 +312,7 @@ class LiveEpisode:
         actor.request = (kind, payload)
         actor.parked = True
         self.pending.append(actor)
-        self.conductor.task_done()
+        self.quiet.parked()
         return await trio.lowlevel.wait_task_rescheduled(actor.abort)
 
     def _resume(self, actor: Actor, value: Any) -> None:
@@ -327,7 +322,7 @@ class LiveEpisode:
         self._wake_task(actor.task, outcome.Value(value))
 
     def _wake_task(self, task: trio.lowlevel.Task, value: outcome.Outcome[Any]) -> None:
-        self.conductor.runnable += 1
+        self.quiet.running()
         if self.holding:
             self.held.append((task, value))
         else:
@@ -374,7 +369,7 @@ class LiveEpisode:
             at = max(self.now, trio.current_time() - self.t0_wall)
         else:
             at = self.cfg.latency.answer_at(self.now, resp.prompt_tokens, len(resp.token_ids))
-        self._schedule(at, RESPOND, actor.id, (actor, req, resp))
+        self.agenda.push(at, actor.id, Answer(actor, req, resp))
 
     def _begin(self, actor: Actor, text: str) -> None:
         act = actor.acts
@@ -386,7 +381,7 @@ class LiveEpisode:
             self.stats.rejected += 1
             self.log(Rejected(self.now, actor.id, act, text[:200], str(e)))
             self._finish_turn(actor, "", "invalid", False, f"error: {e}")
-            self._schedule(self.now, RESUME, actor.id, (actor, f"error: {e}"))
+            self.agenda.push(self.now, actor.id, Resume(actor, f"error: {e}"))
             return
         self.stats.actions += 1
         tr = actor.turn_record
@@ -411,7 +406,7 @@ class LiveEpisode:
             duration = self.cfg.comm_duration
         until = self.now + duration
         self.log(Began(self.now, actor.id, act, text, until))
-        self._schedule(until, COMMIT, actor.id, (actor, act, action))
+        self.agenda.push(until, actor.id, Land(actor, act, action))
 
     def _check_bound(self, actor: Actor, text: str) -> None:
         """An answer past its bounds is invalid, whatever its first characters say (the
@@ -432,18 +427,18 @@ class LiveEpisode:
         actor.wait_token += 1
         news = self._news_for(actor)
         if news:  # something arrived while it was thinking: wake it at once (in advance)
-            self._schedule(self.now, TIMER, actor.id, (actor, act, actor.wait_token, news))
+            self.agenda.push(self.now, actor.id, Timer(actor, act, actor.wait_token, news))
             return
         for name in self.org.channels(actor.role, actor.group):
             self._channel(name).waiting.add(actor.id)
         if seconds:
-            self._schedule(until, TIMER, actor.id, (actor, act, actor.wait_token, "timeout"))
+            self.agenda.push(until, actor.id, Timer(actor, act, actor.wait_token, "timeout"))
         # A wait with no timeout leaves nothing on the heap: an idle agent costs no CPU.
 
     # -- advancing the clock: the only place actors are resumed ---------------------------------
 
     def next_due(self) -> float:
-        return self.heap[0][0] if self.heap else math.inf
+        return self.agenda.next_due()
 
     async def advance(self) -> None:
         """Move to the next instant with due events and apply them all, in canonical order."""
@@ -455,10 +450,10 @@ class LiveEpisode:
             and self.next_due() != self.now
         ):
             self._flush()  # between instants: every outcome of this one is in
-        if not self.heap:
+        t = self.agenda.next_due()
+        if t == math.inf:
             self._end("idle")  # everyone waits for a message nobody can send
             return
-        t = self.heap[0][0]
         if t >= self.cfg.time_limit:
             self.now = self.cfg.time_limit
             for w in self.worlds:
@@ -475,23 +470,24 @@ class LiveEpisode:
         # middle of it, and an actor let run then would read an instant half committed.
         self.holding = True
         try:
-            while self.heap and self.heap[0][0] == t:
-                _, prio, _, _, _, item = heapq.heappop(self.heap)
-                if prio == RESPOND:
-                    self._respond(*item)
-                elif prio == COMMIT:
-                    changed |= await self._commit(*item)
-                elif prio == RESUME:
-                    actor, value = item
-                    if actor.alive:
-                        self._resume(actor, value)
-                elif prio == WORLD:
-                    self._happen(*item)
+            agenda = self.agenda
+            while agenda.next_due() == t:
+                entry = agenda.pop()
+                if type(entry) is Answer:
+                    self._respond(entry.actor, entry.req, entry.resp)
+                elif type(entry) is Land:
+                    changed |= await self._commit(entry.actor, entry.act, entry.action)
+                elif type(entry) is Resume:
+                    if entry.actor.alive:
+                        self._resume(entry.actor, entry.value)
+                elif type(entry) is WorldEvent:
+                    self._happen(entry.world, entry.fn, entry.args)
                     changed = True
                 else:
-                    actor, act, token, reason = item
-                    if actor.alive and actor.waiting and actor.wait_token == token:
-                        self._wake(actor, act, reason)
+                    assert type(entry) is Timer
+                    actor = entry.actor
+                    if actor.alive and actor.waiting and actor.wait_token == entry.token:
+                        self._wake(actor, entry.act, entry.reason)
                 if self.written_events + len(self.events) >= self.cfg.max_events:
                     self._release()  # before the end cancels them: a held task is still parked
                     self._end("event_limit")
@@ -593,7 +589,7 @@ class LiveEpisode:
         self.log(Committed(self.now, actor.id, act, action.tool, ok, result, real))
         self._finish_turn(actor, action.tool, "world", ok, result)
         if real > 0:
-            self._schedule(self.now + real, RESUME, actor.id, (actor, result))
+            self.agenda.push(self.now + real, actor.id, Resume(actor, result))
         else:
             self._resume(actor, result)
         return True
@@ -610,7 +606,7 @@ class LiveEpisode:
                 "at() and after() may be called from the constructor, a tool, a world event, "
                 "heard, join or leave; observe, score, done and durations only read"
             )
-        self._schedule(t, WORLD, self.group_of[id(world)], (world, fn, args))
+        self.agenda.push(t, self.group_of[id(world)], WorldEvent(world, fn, args))
 
     def world_post(self, world: World, text: str) -> None:
         """``World.post``: a post from the world (sender -1) on its group's channels, waking
@@ -843,10 +839,6 @@ class LiveEpisode:
             self.space_list.append(space)  # keeps it alive, so its id stays unique
         return i
 
-    def _schedule(self, t: float, prio: int, agent: int, item: Any) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, agent, self.seq, 0, item))
-
     def score(self) -> float:
         scores = []
         for w in self.worlds:
@@ -883,9 +875,9 @@ class LiveEpisode:
         self.ended = True
         # Answers still in flight were sampled but land after the end: keep them as turns
         # (answered after the end, no action), so a replay's policy can give the same answers.
-        for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
-            if prio == RESPOND:  # fired agents' too, for the same reason as in _respond
-                self.turns.append(self._turn(item[0], item[1], item[2], t))
+        for t, entry in self.agenda.in_order():
+            if type(entry) is Answer:  # fired agents' too, for the same reason as in _respond
+                self.turns.append(self._turn(entry.actor, entry.req, entry.resp, t))
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
 
