@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from collective.episode import LiveEpisode
 
 THINK, ACT = 0, 1
-NEWS_LIMIT = 8  # posts per channel a prompt shows at most; the rest are counted as missed
 
 
 class Fired(Exception):
@@ -36,11 +35,6 @@ class Fired(Exception):
 class WorldStopped(Exception):
     """Raised inside an actor's program when its observation raised: the world has a bug, and
     the episode ends at the next quiescence (see ``LiveEpisode.observe_failed``)."""
-
-
-def sender_name(sender: int) -> str:
-    """How a post's sender reads in a prompt: an agent's id, or ``world`` (``World.post``)."""
-    return str(sender) if sender >= 0 else "world"
 
 
 class Actor:
@@ -142,28 +136,9 @@ class Actor:
     def prompt(self, last_result: str) -> str:
         """The observation, then what arrived since the last turn, then the last result.
 
-        Reading consumes the mailbox and moves the channel cursors; the ids read travel with the
-        next request, so the conductor can log the reads in canonical order.
+        Reading consumes the mailbox and moves the channel cursors (``Comms.unread``).
         """
-        lines = [self.observe()]
-        read: list[int] = []
-        if self.inbox:
-            lines.append("inbox: " + " | ".join(f"[{m.sender}] {m.text}" for m in self.inbox))
-            read = [m.id for m in self.inbox]
-            self.inbox.clear()
-        for name in self.ep.org.channels(self.role, self.group):
-            channel = self.ep.channels.get(name)
-            if channel is None or channel.next_seq == self.cursors.get(name, 0):
-                continue
-            posts, self.cursors[name], missed = channel.since(self.cursors.get(name, 0), NEWS_LIMIT)
-            self.missed += missed  # counted by the conductor with the next request
-            mine = [p for p in posts if p.sender != self.id]
-            if mine:
-                lines.append(
-                    f"#{name}: " + " | ".join(f"[{sender_name(p.sender)}] {p.text}" for p in mine)
-                )
-        lines.append(f"last: {last_result}")
-        self.read_ids = tuple(read)
+        lines = [self.observe(), *self.ep.comms.unread(self), f"last: {last_result}"]
         return "\n".join(lines) + "\n>"
 
 

@@ -18,7 +18,6 @@ import inspect
 import math
 import operator
 import time
-from collections import deque
 from typing import Any, Protocol
 
 import outcome
@@ -40,10 +39,9 @@ from collective.actor import (
     Program,
     WorldStopped,
     prompt_digest,
-    sender_name,
 )
 from collective.agenda import Agenda, Answer, Land, Resume, Timer, WorldEvent
-from collective.comms import Archive, Channel, Message
+from collective.comms import Comms, Outcome
 from collective.log import get_logger
 from collective.organisation import make_organisation
 from collective.quiescence import Quiescence
@@ -54,8 +52,6 @@ from collective.records import (
     Chunk,
     Closing,
     Committed,
-    Delivered,
-    Dropped,
     Ended,
     Episode,
     EpisodeConfig,
@@ -64,9 +60,7 @@ from collective.records import (
     Hired,
     Opening,
     Part,
-    Posted,
     Rejected,
-    Sent,
     Spawned,
     Stats,
     Thought,
@@ -169,11 +163,8 @@ class LiveEpisode:
         self.next_id = 0
         self.id_limit = cfg.agents  # ids agents may address: grows with each hire
         self.alive = 0
-        self.next_msg = 0
         self.hired_alive = 0
         self.hirer: dict[int, int] = {}  # hired agent -> who hired it
-        self.channels: dict[str, Channel] = {}
-        self.archive = Archive(cfg.archive_size)
         self.events: list[Any] = []
         self.log = self.events.append  # the record: every event, in commit order
         self.turns: list[Turn] = []
@@ -187,6 +178,7 @@ class LiveEpisode:
         if recorder is not None:
             recorder.write(Opening(cfg))
         self.stats = Stats()
+        self.comms = Comms(cfg, self.org, self.actors, self.stats)
         self.spaces: dict[tuple[str, int, int], ActionSpace] = {}
         self.space_list: list[ActionSpace] = []  # every space a turn used, for the learner
         self.space_index: dict[int, int] = {}  # id(space) -> index in space_list
@@ -425,12 +417,11 @@ class LiveEpisode:
         self.log(Began(self.now, actor.id, act, text, until))
         actor.waiting = True
         actor.wait_token += 1
-        news = self._news_for(actor)
+        news = self.comms.news_for(actor)
         if news:  # something arrived while it was thinking: wake it at once (in advance)
             self.agenda.push(self.now, actor.id, Timer(actor, act, actor.wait_token, news))
             return
-        for name in self.org.channels(actor.role, actor.group):
-            self._channel(name).waiting.add(actor.id)
+        self.comms.subscribe(actor)
         if seconds:
             self.agenda.push(until, actor.id, Timer(actor, act, actor.wait_token, "timeout"))
         # A wait with no timeout leaves nothing on the heap: an idle agent costs no CPU.
@@ -618,12 +609,7 @@ class LiveEpisode:
                 "observe, score, done and durations only read"
             )
         for name in self.world_channels[self.group_of[id(world)]]:
-            channel = self._channel(name)
-            msg = Message(self.next_msg, self.now, -1, text)
-            self.next_msg += 1
-            channel.post(msg)
-            self.log(Posted(self.now, -1, msg.id, channel.name, text))
-            self._wake_subscribers(channel, -1)
+            self._apply(None, self.comms.post(self.now, -1, name, text))
 
     def _happen(self, world: World, fn: Any, args: tuple[Scalar, ...]) -> None:
         name = getattr(fn, "__name__", type(fn).__name__)
@@ -673,71 +659,36 @@ class LiveEpisode:
 
     def _primitive(self, actor: Actor, action: Action) -> tuple[bool, str]:
         tool, args = action.tool, action.args
-        if tool == "msg":
-            return self._send(actor, int(args[0]), str(args[1]))
-        if tool == "post":
-            channel = self._channel(str(args[0]))
-            msg = Message(self.next_msg, self.now, actor.id, str(args[1]))
-            self.next_msg += 1
-            channel.post(msg)
-            self.stats.posts += 1
-            self.log(Posted(self.now, actor.id, msg.id, channel.name, msg.text))
-            self._heard(actor, actor.local, None, msg.text)
-            self._wake_subscribers(channel, actor.id)
-            return True, f"posted on #{channel.name}"
-        if tool == "read":
-            channel = self._channel(str(args[0]))
-            posts = list(channel.posts)[-5:]
-            if not posts:
-                return True, f"#{channel.name} is empty"
-            return True, " | ".join(f"[{sender_name(p.sender)}] {p.text}" for p in posts)
-        if tool == "put":
-            nid = self.archive.put(actor.id, str(args[0]))
-            return True, f"saved as note {nid}"
-        if tool == "search":
-            hits = self.archive.search(str(args[0]))
-            if not hits:
-                return True, "no notes match"
-            return True, " | ".join(f"note {nid} by {a}: {text}" for nid, a, text in hits)
         if tool == "hire":
             return self._hire(actor, str(args[0]))
         if tool == "fire":
             return self._fire(actor, int(args[0]))
-        raise AssertionError(f"unhandled primitive {tool}")
+        comms = self.comms
+        if tool == "msg":
+            out = comms.send(self.now, actor, int(args[0]), str(args[1]))
+        elif tool == "post":
+            out = comms.post(self.now, actor.id, str(args[0]), str(args[1]))
+        elif tool == "read":
+            out = comms.read(str(args[0]))
+        elif tool == "put":
+            out = comms.put(actor.id, str(args[0]))
+        elif tool == "search":
+            out = comms.search(str(args[0]))
+        else:
+            raise AssertionError(f"unhandled primitive {tool}")
+        self._apply(actor, out)
+        return out.ok, out.result
 
-    def _send(self, sender: Actor, to: int, text: str) -> tuple[bool, str]:
-        msg_id = self.next_msg
-        self.next_msg += 1
-        self.stats.sent += 1
-        self.log(Sent(self.now, sender.id, msg_id, to, text))
-        recipient = self.actors.get(to)
-        reason = ""
-        if recipient is None or not recipient.alive:
-            reason = "no_such_agent"
-        elif not self.org.may_message(sender.group, recipient.group):
-            reason = "not_allowed"
-        elif recipient.inbox is not None and len(recipient.inbox) >= self.cfg.mailbox:
-            if self.cfg.overflow == "drop_newest":
-                reason = "mailbox_full"
-            else:
-                old = recipient.inbox.popleft()
-                self.stats.evicted += 1
-                self.log(Dropped(self.now, old.sender, old.id, to, "evicted"))
-        if reason:
-            self.stats.dropped += 1
-            self.log(Dropped(self.now, sender.id, msg_id, to, reason))
-            return False, f"message to {to} dropped: {reason.replace('_', ' ')}"
-        assert recipient is not None
-        if recipient.inbox is None:
-            recipient.inbox = deque()
-        recipient.inbox.append(Message(msg_id, self.now, sender.id, text))
-        self.stats.delivered += 1
-        self.log(Delivered(self.now, sender.id, msg_id, to))
-        if recipient.group == sender.group:
-            self._heard(sender, sender.local, recipient.local, text)
-        if recipient.waiting:
-            self._wake(recipient, recipient.acts - 1, f"message from {sender.id}")
-        return True, f"delivered to {to}"
+    def _apply(self, actor: Actor | None, out: Outcome) -> None:
+        """Land a communication's outcome: its events, then what the sender's world hears, then
+        the wake-ups (of those still waiting: hearing may have woken one already)."""
+        for e in out.events:
+            self.log(e)
+        if out.heard is not None and actor is not None:
+            self._heard(actor, actor.local, *out.heard)
+        for other, reason in out.wake:
+            if other.waiting:
+                self._wake(other, other.acts - 1, reason)
 
     def _hire(self, actor: Actor, role: str) -> tuple[bool, str]:
         if role not in self.org.hire_roles(actor.role):
@@ -793,34 +744,8 @@ class LiveEpisode:
         except Exception as e:
             raise WorldBug(world, "heard", e, agent=sender.id) from e
 
-    def _wake_subscribers(self, channel: Channel, sender: int) -> None:
-        for waiter in sorted(channel.waiting):
-            other = self.actors[waiter]
-            if waiter != sender and other.waiting:
-                self._wake(other, other.acts - 1, f"post on #{channel.name}")
-
-    def _channel(self, name: str) -> Channel:
-        ch = self.channels.get(name)
-        if ch is None:
-            ch = self.channels[name] = Channel(name, self.cfg.channel_history)
-        return ch
-
-    def _news_for(self, actor: Actor) -> str:
-        if actor.inbox:
-            return f"{len(actor.inbox)} new message(s)"
-        for name in self.org.channels(actor.role, actor.group):
-            ch = self.channels.get(name)
-            if ch is not None and ch.next_seq > actor.cursors.get(name, 0):
-                posts, _, _ = ch.since(actor.cursors.get(name, 0), ch.capacity)
-                if any(p.sender != actor.id for p in posts):
-                    return f"news on #{name}"
-        return ""
-
     def _stop_waiting(self, actor: Actor) -> None:
-        for name in self.org.channels(actor.role, actor.group):
-            ch = self.channels.get(name)
-            if ch is not None:
-                ch.waiting.discard(actor.id)
+        self.comms.unsubscribe(actor)
         actor.waiting = False
         actor.wait_token += 1  # its timer, if any, is now stale
 
