@@ -27,8 +27,6 @@ from collective.actions import (
     Action,
     ActionError,
     ActionSpace,
-    ArgSpec,
-    ToolSpec,
     longest_action,
     parse_action,
 )
@@ -41,9 +39,10 @@ from collective.actor import (
     prompt_digest,
 )
 from collective.agenda import Agenda, Answer, Land, Resume, Timer, WorldEvent
+from collective.cast import Cast
 from collective.comms import Comms, Outcome
 from collective.log import get_logger
-from collective.organisation import make_organisation
+from collective.primitives import PRIMITIVES
 from collective.quiescence import Quiescence
 from collective.records import (
     CHUNK_RECORDS,
@@ -72,24 +71,12 @@ from collective.records import (
 from collective.records import (
     Fired as FiredEvent,
 )
-from collective.registry import make_world
 from collective.world import Scalar, ToolError, World, WorldBug, checked_score
 from policy.base import PolicyRequest, PolicyResponse
 
 log = get_logger("collective.episode")
 
 _BY_ID = operator.attrgetter("id")
-
-_DOCS = {
-    "msg": "send a direct message",
-    "post": "post on a channel",
-    "read": "read a channel",
-    "put": "save a note to the archive",
-    "search": "search the archive",
-    "wait": "wait for a message (0 = until one comes)",
-    "hire": "hire an agent",
-    "fire": "fire an agent you hired",
-}
 
 
 class Recorder(Protocol):
@@ -141,30 +128,14 @@ class LiveEpisode:
         self.quiet = quiet
         self.program = program
         self.replay = replay
-        self.org = make_organisation(cfg.org, cfg.budget)
-        sizes = self.org.groups(cfg.agents)
-        if sum(sizes) != cfg.agents or min(sizes) < 1:
-            raise ValueError(f"organisation {cfg.org!r} split {cfg.agents} agents into {sizes}")
-        world_sizes = sizes
-        if cfg.world_agents:
-            if len(sizes) != 1:
-                raise ValueError(f"world_agents needs a one-group organisation, not {cfg.org!r}")
-            world_sizes = [cfg.world_agents]  # sized for the team it may grow into by hiring
-        self.worlds: list[World] = [
-            make_world(cfg.world, n, self.org.variant_seed(g, cfg.world_seed), cfg.params)
-            for g, n in enumerate(world_sizes)
-        ]
+        self.cast = Cast(cfg)
+        self.org = self.cast.org
+        self.worlds = self.cast.worlds
+        self.actors = self.cast.actors
         self.now = 0.0
         self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0
         self.agenda = Agenda()
         self.pending: list[Actor] = []
-        self.actors: dict[int, Actor] = {}
-        self.group_sizes = list(sizes)
-        self.next_id = 0
-        self.id_limit = cfg.agents  # ids agents may address: grows with each hire
-        self.alive = 0
-        self.hired_alive = 0
-        self.hirer: dict[int, int] = {}  # hired agent -> who hired it
         self.events: list[Any] = []
         self.log = self.events.append  # the record: every event, in commit order
         self.turns: list[Turn] = []
@@ -179,10 +150,8 @@ class LiveEpisode:
             recorder.write(Opening(cfg))
         self.stats = Stats()
         self.comms = Comms(cfg, self.org, self.actors, self.stats)
-        self.spaces: dict[tuple[str, int, int], ActionSpace] = {}
         self.space_list: list[ActionSpace] = []  # every space a turn used, for the learner
         self.space_index: dict[int, int] = {}  # id(space) -> index in space_list
-        self.world_specs = [w.tool_specs() for w in self.worlds]
         self.ended = False
         self.end_reason = ""
         self.final_score = 0.0
@@ -194,12 +163,7 @@ class LiveEpisode:
         self.held: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = []
         self.hired: list[Actor] = []
         self.failures: list[WorldBug] = []  # observations that raised, found at quiescence
-        # A world posts on the channels its group's agents share.
-        firsts = [sum(sizes[:g]) for g in range(len(sizes))]
-        self.world_channels = [
-            self.org.channels(self.org.role(first, cfg.agents), g) for g, first in enumerate(firsts)
-        ]
-        self.group_of = {id(w): g for g, w in enumerate(self.worlds)}
+        self.group_of = self.cast.group_of
         for w in self.worlds:
             for t, fn, args in w._attach(self):  # the events its constructor scheduled
                 self.agenda.push(t, self.group_of[id(w)], WorldEvent(w, fn, args))
@@ -219,58 +183,19 @@ class LiveEpisode:
             self.t0_wall = trio.current_time()
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
-            n = self.cfg.agents
-            start = 0
-            for g, size in enumerate(self.group_sizes):
-                for local in range(size):
-                    self.spawn(self.org.role(start + local, n), g, local, by=-1)
-                start += size
+            for role, group, local in self.cast.starting():
+                self.spawn(role, group, local, by=-1)
             task_status.started()
             await trio.sleep_forever()
 
     def space_for(self, role: str, group: int) -> ActionSpace:
-        """The action space of a role in a group; rebuilt only when the set of ids grows."""
-        key = (role, group, self.id_limit)
-        space = self.spaces.get(key)
-        if space is None:
-            space = ActionSpace(self.world_specs[group] + self._primitive_specs(role, group))
-            self.spaces = {k: v for k, v in self.spaces.items() if k[2] == self.id_limit}
-            self.spaces[key] = space
-        return space
-
-    def _primitive_specs(self, role: str, group: int) -> tuple[ToolSpec, ...]:
-        chans = self.org.channels(role, group)
-        words = tuple(dict.fromkeys(w for world in self.worlds for w in world.lexicon))
-        text = ArgSpec("text", "text", max_chars=80, words=words)
-        args: dict[str, tuple[ArgSpec, ...]] = {
-            "msg": (ArgSpec("to", "int", lo=0, hi=self.id_limit - 1), text),
-            "post": (ArgSpec("channel", "choice", choices=chans), text),
-            "read": (ArgSpec("channel", "choice", choices=chans),),
-            "put": (text,),
-            "search": (ArgSpec("query", "text", max_chars=40, words=words),),
-            "wait": (ArgSpec("seconds", "int", lo=0, hi=self.cfg.max_wait),),
-            "hire": (ArgSpec("role", "choice", choices=self.org.hire_roles(role) or ("none",)),),
-            "fire": (ArgSpec("agent", "int", lo=0, hi=self.id_limit - 1),),
-        }
-        out = []
-        for name in self.org.primitives(role):
-            if name in ("post", "read") and not chans:
-                continue
-            kind = "wait" if name == "wait" else "comm"
-            out.append(ToolSpec(name, args[name], kind, _DOCS[name]))
-        return tuple(out)
+        return self.cast.space_for(role, group)
 
     def spawn(self, role: str, group: int, local: int, by: int) -> Actor:
-        agent_id = self.next_id
-        self.next_id += 1
-        ids = self.worlds[group]._ids
-        if local == len(ids):
-            ids.append(agent_id)
-        actor = Actor(self, agent_id, role, group, local)
-        self.actors[agent_id] = actor
-        self.alive += 1
-        self.stats.peak_agents = max(self.stats.peak_agents, self.alive)
-        self.log(Spawned(self.now, agent_id, role, by))
+        actor = Actor(self, self.cast.new_id(group, local), role, group, local)
+        self.cast.enter(actor)
+        self.stats.peak_agents = max(self.stats.peak_agents, self.cast.alive)
+        self.log(Spawned(self.now, actor.id, role, by))
         self.quiet.running()
         if self.holding:
             self.hired.append(actor)
@@ -289,9 +214,7 @@ class LiveEpisode:
         except (Fired, WorldStopped):
             pass
         finally:
-            if actor.alive:
-                actor.alive = False
-                self.alive -= 1
+            self.cast.exit(actor)
             self.quiet.parked()
 
     # -- parking: the only way an actor waits ----------------------------------------------------
@@ -560,7 +483,7 @@ class LiveEpisode:
             self._finish_turn(actor, action.tool, action.kind, ok, result)
             self._resume(actor, result)
             # Messages and posts reach the world through ``heard``, which may change its score.
-            return action.tool in ("hire", "fire", "msg", "post")
+            return PRIMITIVES[action.tool].heard
         world = self.worlds[actor.group]
         t0 = time.perf_counter()
         try:
@@ -608,7 +531,7 @@ class LiveEpisode:
                 "post() may be called from a tool, a world event, heard, join or leave; "
                 "observe, score, done and durations only read"
             )
-        for name in self.world_channels[self.group_of[id(world)]]:
+        for name in self.cast.world_channels[self.group_of[id(world)]]:
             self._apply(None, self.comms.post(self.now, -1, name, text))
 
     def _happen(self, world: World, fn: Any, args: tuple[Scalar, ...]) -> None:
@@ -691,44 +614,27 @@ class LiveEpisode:
                 self._wake(other, other.acts - 1, reason)
 
     def _hire(self, actor: Actor, role: str) -> tuple[bool, str]:
-        if role not in self.org.hire_roles(actor.role):
-            return False, f"error: a {actor.role} may not hire a {role}"
-        if self.hired_alive >= self.org.budget:
-            return False, f"error: hiring budget of {self.org.budget} reached; fire someone first"
-        group = actor.group
-        local = self.group_sizes[group]
-        self.group_sizes[group] += 1
-        try:
-            self.worlds[group].join(local)
-        except Exception as e:
-            raise WorldBug(self.worlds[group], "join", e, agent=actor.id) from e
-        self.id_limit = max(self.id_limit, self.next_id + 1)
+        seat = self.cast.hire(actor, role)
+        if isinstance(seat, str):
+            return False, seat
+        group, local = seat
         new = self.spawn(role, group, local, by=actor.id)
-        self.hirer[new.id] = actor.id
-        self.hired_alive += 1
+        self.cast.hired(actor, new)
         self.stats.hires += 1
         self.log(Hired(self.now, actor.id, new.id, role))
         return True, f"hired agent {new.id} as {role}"
 
     def _fire(self, actor: Actor, target_id: int) -> tuple[bool, str]:
-        target = self.actors.get(target_id)
-        if target is None or not target.alive:
-            return False, f"error: there is no agent {target_id}"
-        if self.hirer.get(target_id) != actor.id:
-            return False, f"error: you may only fire agents you hired; {target_id} is not one"
-        target.alive = False
-        self.alive -= 1
-        self.hired_alive -= 1
+        target = self.cast.fire(actor, target_id)
+        if isinstance(target, str):
+            return False, target
         self.stats.fires += 1
-        try:
-            self.worlds[target.group].leave(target.local)
-        except Exception as e:
-            raise WorldBug(self.worlds[target.group], "leave", e, agent=actor.id) from e
+        self.cast.leave(actor, target)
         self.log(FiredEvent(self.now, actor.id, target_id))
         if target.waiting:
             self._stop_waiting(target)
         if target.parked:
-            # Parked on an in-flight request or a wait: end its program now. Its heap entries
+            # Parked on an in-flight request or a wait: end its program now. Its agenda entries
             # are skipped because it is no longer alive. (If it was resumed at this very
             # instant, its next park raises Fired instead.)
             target.parked = False

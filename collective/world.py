@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import msgspec
 
 from collective.actions import ArgSpec, ToolSpec
-from collective.organisation import PRIMITIVES
+from collective.primitives import PRIMITIVES
 from collective.records import failure_text
 
 if TYPE_CHECKING:
@@ -281,6 +281,11 @@ class World:
 
     def _detach(self) -> None:
         self.__episode = None
+
+    def _seat(self, agent: int, agent_id: int) -> None:
+        """The engine gave this world's agent ``agent`` the id ``agent_id`` (see ``agent_id``)."""
+        if agent == len(self._ids):
+            self._ids.append(agent_id)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """This instance's tools with every domain resolved (bounds may depend on its size)."""
