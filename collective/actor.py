@@ -12,24 +12,41 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from collective.actions import ActionSpace
-from collective.comms import Message
-from collective.records import Turn
+from collective.comms import Comms, Message
+from collective.organisation import Organisation
+from collective.quiescence import Quiescence
+from collective.records import EpisodeConfig, Turn
 from collective.seeding import derive
+from collective.world import World
 from policy.base import PolicyRequest, PolicyResponse
-
-if TYPE_CHECKING:
-    from collective.episode import LiveEpisode
 
 THINK, ACT = 0, 1
 
 
-class Fired(Exception):
-    """Raised inside an actor's program when its organisation fires it."""
+class Stage(Protocol):
+    """What an actor reads of the episode it plays in (``LiveEpisode``), and where it parks."""
+
+    cfg: EpisodeConfig
+    now: float
+    org: Organisation
+    worlds: list[World]
+    comms: Comms
+    quiet: Quiescence
+
+    def space_for(self, role: str, group: int) -> ActionSpace: ...
+
+    def park(self, actor: Actor, kind: int, payload: object) -> Coroutine[Any, Any, Any]: ...
+
+    def observe_failed(self, actor: Actor, error: Exception) -> Exception: ...
+
+
+class Dismissed(Exception):
+    """Raised inside an actor's program when it is fired (the event is ``records.Fired``)."""
 
 
 class WorldStopped(Exception):
@@ -51,7 +68,7 @@ class Actor:
         "local",
         "missed",
         "parked",
-        "policy",
+        "policy_key",
         "read_ids",
         "request",
         "role",
@@ -63,13 +80,13 @@ class Actor:
         "waiting",
     )
 
-    def __init__(self, ep: LiveEpisode, agent_id: int, role: str, group: int, local: int) -> None:
+    def __init__(self, ep: Stage, agent_id: int, role: str, group: int, local: int) -> None:
         self.ep = ep
         self.id = agent_id
         self.role = role
         self.group = group  # which world instance (islands) it lives in
         self.local = local  # its id inside that world
-        self.policy = ep.org.policy_of(role)
+        self.policy_key = ep.org.policy_of(role)  # which of the conductor's policies answers it
         self.space: ActionSpace = ep.space_for(role, group)
         self.turn = 0
         self.acts = 0
@@ -105,7 +122,7 @@ class Actor:
             temperature=ep.cfg.temperature,
             asked=ep.now,
             # The pin is the trained policy's: a frozen policy has one version, for good.
-            version=ep.cfg.policy_version if self.policy == "trained" else -1,
+            version=ep.cfg.policy_version if self.policy_key == "trained" else -1,
         )
         self.turn += 1
         return ep.park(self, THINK, req)

@@ -16,13 +16,10 @@ import heapq
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from collective.organisation import Organisation
 from collective.records import Delivered, Dropped, EpisodeConfig, Event, Posted, Sent, Stats
-
-if TYPE_CHECKING:
-    from collective.actor import Actor
-    from collective.organisation import Organisation
 
 _WORD = re.compile(r"[a-z0-9]+")
 _ID_BITS = 48  # note ids stay far below 2**48 in any episode
@@ -119,6 +116,23 @@ class Archive:
         return [self.entries[(key & _ID_MASK) - first][:3] for key in best]  # type: ignore[misc]
 
 
+class Member(Protocol):
+    """What communication reads and keeps of an agent (``collective.actor.Actor``): who it is,
+    where, its mailbox (made on first delivery), its channel cursors, whether it waits."""
+
+    id: int
+    role: str
+    group: int
+    local: int
+    alive: bool
+    waiting: bool
+    acts: int
+    inbox: deque[Message] | None
+    cursors: dict[str, int]
+    missed: int
+    read_ids: tuple[int, ...]
+
+
 @dataclass(slots=True)
 class Outcome:
     """What a primitive did, for the episode to apply in this order: log ``events``; let the
@@ -129,7 +143,7 @@ class Outcome:
     result: str
     events: list[Event] = field(default_factory=list)
     heard: tuple[int | None, str] | None = None
-    wake: list[tuple[Actor, str]] = field(default_factory=list)
+    wake: list[tuple[Member, str]] = field(default_factory=list)
 
 
 class Comms:
@@ -141,7 +155,7 @@ class Comms:
     """
 
     def __init__(
-        self, cfg: EpisodeConfig, org: Organisation, actors: dict[int, Actor], stats: Stats
+        self, cfg: EpisodeConfig, org: Organisation, actors: dict[int, Member], stats: Stats
     ) -> None:
         self.cfg = cfg
         self.org = org
@@ -159,7 +173,7 @@ class Comms:
 
     # -- the primitives ---------------------------------------------------------------------------
 
-    def send(self, now: float, sender: Actor, to: int, text: str) -> Outcome:
+    def send(self, now: float, sender: Member, to: int, text: str) -> Outcome:
         """``msg``: into the recipient's mailbox if the organisation allows it and the mailbox
         has room (or, evicting the oldest, makes room)."""
         msg_id = self.next_msg
@@ -227,7 +241,7 @@ class Comms:
 
     # -- what an agent sees, and waiting for it ---------------------------------------------------
 
-    def unread(self, actor: Actor) -> list[str]:
+    def unread(self, actor: Member) -> list[str]:
         """The prompt's lines for what arrived since the agent's last turn: its mailbox, then
         each channel's new posts but its own. Reading consumes the mailbox and moves the
         channel cursors; the ids read are kept on the actor (``read_ids``) to travel with its
@@ -254,7 +268,7 @@ class Comms:
         actor.read_ids = read
         return lines
 
-    def news_for(self, actor: Actor) -> str:
+    def news_for(self, actor: Member) -> str:
         """Why a wait should end at once ("" if it should not): mail, or another's post."""
         if actor.inbox:
             return f"{len(actor.inbox)} new message(s)"
@@ -266,12 +280,12 @@ class Comms:
                     return f"news on #{name}"
         return ""
 
-    def subscribe(self, actor: Actor) -> None:
+    def subscribe(self, actor: Member) -> None:
         """A waiting agent: a post on any of its channels wakes it."""
         for name in self.org.channels(actor.role, actor.group):
             self.channel(name).waiting.add(actor.id)
 
-    def unsubscribe(self, actor: Actor) -> None:
+    def unsubscribe(self, actor: Member) -> None:
         for name in self.org.channels(actor.role, actor.group):
             ch = self.channels.get(name)
             if ch is not None:

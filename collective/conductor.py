@@ -203,7 +203,7 @@ class Conductor:
     async def _think(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
         by_policy: dict[str, list[tuple[LiveEpisode, Actor, PolicyRequest]]] = {}
         for item in thinks:
-            by_policy.setdefault(item[1].policy, []).append(item)
+            by_policy.setdefault(item[1].policy_key, []).append(item)
         for key, items in by_policy.items():
             policy = self.policies.get(key)
             if policy is None:

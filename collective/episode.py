@@ -33,7 +33,7 @@ from collective.actions import (
 from collective.actor import (
     THINK,
     Actor,
-    Fired,
+    Dismissed,
     Program,
     WorldStopped,
     prompt_digest,
@@ -55,6 +55,7 @@ from collective.records import (
     Episode,
     EpisodeConfig,
     Failed,
+    Fired,
     Happened,
     Hired,
     Opening,
@@ -67,9 +68,6 @@ from collective.records import (
     TurnEnd,
     Woke,
     blank_turn,
-)
-from collective.records import (
-    Fired as FiredEvent,
 )
 from collective.world import Scalar, ToolError, World, WorldBug, checked_score
 from policy.base import PolicyRequest, PolicyResponse
@@ -137,7 +135,7 @@ class LiveEpisode:
         self.agenda = Agenda()
         self.pending: list[Actor] = []
         self.events: list[Any] = []
-        self.log = self.events.append  # the record: every event, in commit order
+        self.emit = self.events.append  # the record: every event, in commit order
         self.turns: list[Turn] = []
         self.curve: list[tuple[float, float]] = []
         # With a recorder, the record goes out in chunks between instants (see _flush): these
@@ -195,7 +193,7 @@ class LiveEpisode:
         actor = Actor(self, self.cast.new_id(group, local), role, group, local)
         self.cast.enter(actor)
         self.stats.peak_agents = max(self.stats.peak_agents, self.cast.alive)
-        self.log(Spawned(self.now, actor.id, role, by))
+        self.emit(Spawned(self.now, actor.id, role, by))
         self.quiet.running()
         if self.holding:
             self.hired.append(actor)
@@ -211,7 +209,7 @@ class LiveEpisode:
         actor.task = trio.lowlevel.current_task()
         try:
             await self.program(actor)
-        except (Fired, WorldStopped):
+        except (Dismissed, WorldStopped):
             pass
         finally:
             self.cast.exit(actor)
@@ -221,7 +219,7 @@ class LiveEpisode:
 
     async def park(self, actor: Actor, kind: int, payload: object) -> Any:
         if not actor.alive:
-            raise Fired()  # fired at the instant it was resumed, before it could run
+            raise Dismissed()  # fired at the instant it was resumed, before it could run
         if self.ended:
             await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
         actor.request = (kind, payload)
@@ -264,7 +262,7 @@ class LiveEpisode:
             actor.request = None
             if kind == THINK:
                 req: PolicyRequest = payload  # type: ignore[assignment]
-                self.log(
+                self.emit(
                     Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
                 )
                 self.stats.read += len(actor.read_ids)
@@ -294,7 +292,7 @@ class LiveEpisode:
             action = parse_action(text, actor.space)
         except ActionError as e:
             self.stats.rejected += 1
-            self.log(Rejected(self.now, actor.id, act, text[:200], str(e)))
+            self.emit(Rejected(self.now, actor.id, act, text[:200], str(e)))
             self._finish_turn(actor, "", "invalid", False, f"error: {e}")
             self.agenda.push(self.now, actor.id, Resume(actor, f"error: {e}"))
             return
@@ -320,7 +318,7 @@ class LiveEpisode:
         else:
             duration = self.cfg.comm_duration
         until = self.now + duration
-        self.log(Began(self.now, actor.id, act, text, until))
+        self.emit(Began(self.now, actor.id, act, text, until))
         self.agenda.push(until, actor.id, Land(actor, act, action))
 
     def _check_bound(self, actor: Actor, text: str) -> None:
@@ -337,7 +335,7 @@ class LiveEpisode:
 
     def _begin_wait(self, actor: Actor, act: int, text: str, seconds: int) -> None:
         until = self.now + seconds if seconds else -1.0
-        self.log(Began(self.now, actor.id, act, text, until))
+        self.emit(Began(self.now, actor.id, act, text, until))
         actor.waiting = True
         actor.wait_token += 1
         news = self.comms.news_for(actor)
@@ -437,7 +435,7 @@ class LiveEpisode:
         self.stats.turns += 1
         self.stats.output_tokens += n_out
         self.stats.prompt_tokens += resp.prompt_tokens
-        self.log(
+        self.emit(
             Thought(
                 self.now,
                 actor.id,
@@ -461,7 +459,7 @@ class LiveEpisode:
             agent=actor.id,
             turn=req.turn,
             role=actor.role,
-            policy=actor.policy,
+            policy=actor.policy_key,
             asked=req.asked,
             answered=at,
             prompt=req.prompt if self.cfg.keep_prompts else "",
@@ -479,7 +477,7 @@ class LiveEpisode:
             return False
         if action.kind != "world":
             ok, result = self._primitive(actor, action)
-            self.log(Committed(self.now, actor.id, act, action.tool, ok, result, 0.0))
+            self.emit(Committed(self.now, actor.id, act, action.tool, ok, result, 0.0))
             self._finish_turn(actor, action.tool, action.kind, ok, result)
             self._resume(actor, result)
             # Messages and posts reach the world through ``heard``, which may change its score.
@@ -500,7 +498,7 @@ class LiveEpisode:
             real = self.replay.real[(actor.id, act)]
         if not ok:
             self.stats.tool_errors += 1
-        self.log(Committed(self.now, actor.id, act, action.tool, ok, result, real))
+        self.emit(Committed(self.now, actor.id, act, action.tool, ok, result, real))
         self._finish_turn(actor, action.tool, "world", ok, result)
         if real > 0:
             self.agenda.push(self.now + real, actor.id, Resume(actor, result))
@@ -537,7 +535,7 @@ class LiveEpisode:
     def _happen(self, world: World, fn: Any, args: tuple[Scalar, ...]) -> None:
         name = getattr(fn, "__name__", type(fn).__name__)
         call = f"{name}({', '.join(repr(a) for a in args)})"
-        self.log(Happened(self.now, -1, self.group_of[id(world)], call))
+        self.emit(Happened(self.now, -1, self.group_of[id(world)], call))
         try:
             fn(*args)
         except Exception as e:
@@ -557,7 +555,7 @@ class LiveEpisode:
 
     def _log_failure(self, bug: WorldBug) -> None:
         log.debug("world error", world=self.cfg.world, t=self.now, exc_info=bug.cause)
-        self.log(Failed(self.now, bug.agent, bug.world, bug.method, bug.error, bug.where))
+        self.emit(Failed(self.now, bug.agent, bug.world, bug.method, bug.error, bug.where))
 
     def _done(self) -> list[bool]:
         out = []
@@ -606,7 +604,7 @@ class LiveEpisode:
         """Land a communication's outcome: its events, then what the sender's world hears, then
         the wake-ups (of those still waiting: hearing may have woken one already)."""
         for e in out.events:
-            self.log(e)
+            self.emit(e)
         if out.heard is not None and actor is not None:
             self._heard(actor, actor.local, *out.heard)
         for other, reason in out.wake:
@@ -621,7 +619,7 @@ class LiveEpisode:
         new = self.spawn(role, group, local, by=actor.id)
         self.cast.hired(actor, new)
         self.stats.hires += 1
-        self.log(Hired(self.now, actor.id, new.id, role))
+        self.emit(Hired(self.now, actor.id, new.id, role))
         return True, f"hired agent {new.id} as {role}"
 
     def _fire(self, actor: Actor, target_id: int) -> tuple[bool, str]:
@@ -630,15 +628,15 @@ class LiveEpisode:
             return False, target
         self.stats.fires += 1
         self.cast.leave(actor, target)
-        self.log(FiredEvent(self.now, actor.id, target_id))
+        self.emit(Fired(self.now, actor.id, target_id))
         if target.waiting:
             self._stop_waiting(target)
         if target.parked:
             # Parked on an in-flight request or a wait: end its program now. Its agenda entries
             # are skipped because it is no longer alive. (If it was resumed at this very
-            # instant, its next park raises Fired instead.)
+            # instant, its next park raises Dismissed instead.)
             target.parked = False
-            self._wake_task(target.task, outcome.Error(Fired()))
+            self._wake_task(target.task, outcome.Error(Dismissed()))
         return True, f"fired agent {target_id}"
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -657,9 +655,9 @@ class LiveEpisode:
 
     def _wake(self, actor: Actor, act: int, reason: str) -> None:
         self._stop_waiting(actor)
-        self.log(Woke(self.now, actor.id, reason))
+        self.emit(Woke(self.now, actor.id, reason))
         result = f"woke: {reason}"
-        self.log(Committed(self.now, actor.id, act, "wait", True, result, 0.0))
+        self.emit(Committed(self.now, actor.id, act, "wait", True, result, 0.0))
         self._finish_turn(actor, "wait", "wait", True, result)
         self._resume(actor, result)
 
@@ -702,7 +700,7 @@ class LiveEpisode:
             self.world_metrics = {}
         self.end_reason = reason
         self.stats.unread = sum(len(a.inbox) for a in self.actors.values() if a.inbox)
-        self.log(Ended(self.now, -1, reason, self.final_score))
+        self.emit(Ended(self.now, -1, reason, self.final_score))
         self.ended = True
         # Answers still in flight were sampled but land after the end: keep them as turns
         # (answered after the end, no action), so a replay's policy can give the same answers.
@@ -747,7 +745,7 @@ class LiveEpisode:
         self.written_events += len(self.events)
         self.written_turns += len(self.turns)
         self.written_spaces = len(self.space_list)
-        self.events.clear()  # in place: self.log appends to it
+        self.events.clear()  # in place: self.emit appends to it
         self.turns = []
         self.ends = []
         self.curve = self.curve[-1:]  # the last point stays: advance compares with it
