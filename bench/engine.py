@@ -477,6 +477,25 @@ def trio_floor(rounds: int = 50_000) -> dict[str, float]:
     return {"instant_with_two_agents_us": seconds / rounds * 1e6}
 
 
+def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
+    """SimPy's counterpart of ``trio_floor``: two processes that each yield a timeout of one
+    simulated second, so every instant steps both of them, and no work in between."""
+    import simpy
+
+    def proc(env: simpy.Environment) -> Any:
+        while True:
+            yield env.timeout(1)
+
+    env = simpy.Environment()
+    for _ in range(2):
+        env.process(proc(env))
+    with _roomy_gc():
+        t0 = time.perf_counter()
+        env.run(until=rounds)
+        seconds = time.perf_counter() - t0
+    return {"instant_with_two_agents_us": seconds / rounds * 1e6}
+
+
 # -- the million ---------------------------------------------------------------------------------
 
 
@@ -897,8 +916,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report_comparison(comparison)
     det = determinism(*jitter)
     floor = trio_floor()
+    simpy_bare = simpy_floor()
     print(
-        f"trio alone, one instant waking two agents: {floor['instant_with_two_agents_us']:.1f} µs"
+        f"trio alone, one instant waking two agents: {floor['instant_with_two_agents_us']:.1f} µs; "
+        f"SimPy alone, one instant stepping two: {simpy_bare['instant_with_two_agents_us']:.1f} µs"
     )
     print(
         "jittery policy, same order twice: "
@@ -913,6 +934,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "comparison": comparison,
         "determinism": det,
         "trio_floor": floor,
+        "simpy_floor": simpy_bare,
     }
     for d in (engine_dir, city_dir):
         write(result, d / "comparison.json")

@@ -18,6 +18,7 @@ import inspect
 import math
 import operator
 import time
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 import outcome
@@ -130,6 +131,7 @@ class LiveEpisode:
         self.org = self.cast.org
         self.worlds = self.cast.worlds
         self.actors = self.cast.actors
+        self.space_for = self.cast.space_for  # what an actor asks at every think (Stage)
         self.now = 0.0
         self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0
         self.agenda = Agenda()
@@ -186,9 +188,6 @@ class LiveEpisode:
             task_status.started()
             await trio.sleep_forever()
 
-    def space_for(self, role: str, group: int) -> ActionSpace:
-        return self.cast.space_for(role, group)
-
     def spawn(self, role: str, group: int, local: int, by: int) -> Actor:
         actor = Actor(self, self.cast.new_id(group, local), role, group, local)
         self.cast.enter(actor)
@@ -217,28 +216,38 @@ class LiveEpisode:
 
     # -- parking: the only way an actor waits ----------------------------------------------------
 
-    async def park(self, actor: Actor, kind: int, payload: object) -> Any:
+    def park(self, actor: Actor, kind: int, payload: object) -> Coroutine[Any, Any, Any]:
+        """Park ``actor`` with its request: the coroutine returned is the wait, and the actor
+        awaits it at once (``Actor.think``, ``Actor.act``). A plain function returning trio's
+        wait rather than a coroutine of its own: one frame fewer per park, twice per turn."""
         if not actor.alive:
             raise Dismissed()  # fired at the instant it was resumed, before it could run
         if self.ended:
-            await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
+            return self._park_late(actor, kind, payload)
         actor.request = (kind, payload)
         actor.parked = True
         self.pending.append(actor)
         self.quiet.parked()
-        return await trio.lowlevel.wait_task_rescheduled(actor.abort)
+        return trio.lowlevel.wait_task_rescheduled(actor.abort)
+
+    async def _park_late(self, actor: Actor, kind: int, payload: object) -> Any:
+        await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
+        return await self.park(actor, kind, payload)
 
     def _resume(self, actor: Actor, value: Any) -> None:
         assert actor.parked, f"agent {actor.id} resumed twice"
         actor.waiting = False
         actor.parked = False
-        self._wake_task(actor.task, outcome.Value(value))
+        if self.holding:  # always, but for a fire outside an instant: counted at _release
+            self.held.append((actor.task, outcome.Value(value)))
+        else:
+            self._wake_task(actor.task, outcome.Value(value))
 
     def _wake_task(self, task: trio.lowlevel.Task, value: outcome.Outcome[Any]) -> None:
-        self.quiet.running()
         if self.holding:
             self.held.append((task, value))
         else:
+            self.quiet.running()
             trio.lowlevel.reschedule(task, value)
 
     # -- starting requests, in canonical order --------------------------------------------------
@@ -417,8 +426,10 @@ class LiveEpisode:
 
     def _release(self) -> None:
         self.holding = False
+        self.quiet.running(len(self.held))
+        reschedule = trio.lowlevel.reschedule
         for task, value in self.held:
-            trio.lowlevel.reschedule(task, value)
+            reschedule(task, value)
         for actor in self.hired:
             self._start(actor)
         self.held.clear()
