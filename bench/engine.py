@@ -841,6 +841,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--replot", action="store_true", help="redraw the PNGs from the JSON files")
     p.add_argument("--records", action="store_true", help="the record's size and memory")
+    p.add_argument(
+        "--compare-only",
+        metavar="TURNS,REPEATS",
+        help="only the comparison (1,000 and 10,000 agents, activity 1, 0.1, 0.01) and the "
+        "bare trio and SimPy floors, e.g. 30000,2; writes comparison.json under --out",
+    )
     p.add_argument("--ref", default="main", help="--records: the engine before (a git ref)")
     # one sweep point, run by the sweep in a fresh process
     p.add_argument("--point", type=int, default=None, help=argparse.SUPPRESS)
@@ -894,6 +900,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({result['wall_s']:.0f} s wall, first batch of every agent after "
             f"{result['first_batch_wall_s']:.0f} s)"
         )
+        return 0
+
+    if a.compare_only:
+        cmp_turns, repeats = (int(x) for x in a.compare_only.split(","))
+        out_dir = a.out or RESULTS / "engine" / "compare_only"
+        comparison = compare([1_000, 10_000], [1.0, 0.1, 0.01], cmp_turns, repeats, show)
+        report_comparison(comparison)
+        floors = {"trio_floor": trio_floor(), "simpy_floor": simpy_floor()}
+        print(
+            "one instant waking two agents and nothing else: trio "
+            f"{floors['trio_floor']['instant_with_two_agents_us']:.1f} µs, SimPy "
+            f"{floors['simpy_floor']['instant_with_two_agents_us']:.1f} µs"
+        )
+        write(
+            {"environment": {**env, "load_after": load()}, "comparison": comparison, **floors},
+            out_dir / "comparison.json",
+        )
+        plot_comparison(comparison, out_dir / "comparison.png")
         return 0
 
     if a.quick:
