@@ -33,8 +33,8 @@ import simpy
 
 from bench.city import SparsePolicy
 from collective.actions import Action, ActionError, ActionSpace, parse_action
+from collective.cast import Cast
 from collective.comms import Archive
-from collective.episode import LiveEpisode
 from collective.records import EpisodeConfig, Turn
 from collective.seeding import derive
 from collective.world import ToolError, World
@@ -74,12 +74,11 @@ class Town:
     def __init__(self, cfg: EpisodeConfig, policy: SparsePolicy) -> None:
         if cfg.org != "city":
             raise ValueError(f"the baselines run the city organisation, not {cfg.org!r}")
-        # A LiveEpisode is built only for its world and action space, so both are exactly the
-        # engine's; it is never played.
-        shape = LiveEpisode(cfg, conductor=None, program=None)  # type: ignore[arg-type]
+        # The engine's own cast, so the world and action space are exactly the engine's.
+        cast = Cast(cfg)
         self.cfg = cfg
-        self.world: World = shape.worlds[0]
-        self.space: ActionSpace = shape.space_for("worker", 0)
+        self.world: World = cast.worlds[0]
+        self.space: ActionSpace = cast.space_for("worker", 0)
         self.policy = policy
         self.residents = [Resident(i) for i in range(cfg.agents)]
         self.archive = Archive(cfg.archive_size)

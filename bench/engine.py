@@ -477,6 +477,25 @@ def trio_floor(rounds: int = 50_000) -> dict[str, float]:
     return {"instant_with_two_agents_us": seconds / rounds * 1e6}
 
 
+def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
+    """SimPy's counterpart of ``trio_floor``: two processes that each yield a timeout of one
+    simulated second, so every instant steps both of them, and no work in between."""
+    import simpy
+
+    def proc(env: simpy.Environment) -> Any:
+        while True:
+            yield env.timeout(1)
+
+    env = simpy.Environment()
+    for _ in range(2):
+        env.process(proc(env))
+    with _roomy_gc():
+        t0 = time.perf_counter()
+        env.run(until=rounds)
+        seconds = time.perf_counter() - t0
+    return {"instant_with_two_agents_us": seconds / rounds * 1e6}
+
+
 # -- the million ---------------------------------------------------------------------------------
 
 
@@ -822,6 +841,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--replot", action="store_true", help="redraw the PNGs from the JSON files")
     p.add_argument("--records", action="store_true", help="the record's size and memory")
+    p.add_argument(
+        "--compare-only",
+        metavar="TURNS,REPEATS",
+        help="only the comparison (1,000 and 10,000 agents, activity 1, 0.1, 0.01) and the "
+        "bare trio and SimPy floors, e.g. 30000,2; writes comparison.json under --out",
+    )
     p.add_argument("--ref", default="main", help="--records: the engine before (a git ref)")
     # one sweep point, run by the sweep in a fresh process
     p.add_argument("--point", type=int, default=None, help=argparse.SUPPRESS)
@@ -877,6 +902,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
 
+    if a.compare_only:
+        cmp_turns, repeats = (int(x) for x in a.compare_only.split(","))
+        out_dir = a.out or RESULTS / "engine" / "compare_only"
+        comparison = compare([1_000, 10_000], [1.0, 0.1, 0.01], cmp_turns, repeats, show)
+        report_comparison(comparison)
+        floors = {"trio_floor": trio_floor(), "simpy_floor": simpy_floor()}
+        print(
+            "one instant waking two agents and nothing else: trio "
+            f"{floors['trio_floor']['instant_with_two_agents_us']:.1f} µs, SimPy "
+            f"{floors['simpy_floor']['instant_with_two_agents_us']:.1f} µs"
+        )
+        write(
+            {"environment": {**env, "load_after": load()}, "comparison": comparison, **floors},
+            out_dir / "comparison.json",
+        )
+        plot_comparison(comparison, out_dir / "comparison.png")
+        return 0
+
     if a.quick:
         sizes, turns, sweep_repeats = [10, 100, 1000], 4_000, 1
         cmp_sizes, activities, cmp_turns, repeats = [300], [1.0, 0.1], 3_000, 2
@@ -897,8 +940,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report_comparison(comparison)
     det = determinism(*jitter)
     floor = trio_floor()
+    simpy_bare = simpy_floor()
     print(
-        f"trio alone, one instant waking two agents: {floor['instant_with_two_agents_us']:.1f} µs"
+        f"trio alone, one instant waking two agents: {floor['instant_with_two_agents_us']:.1f} µs; "
+        f"SimPy alone, one instant stepping two: {simpy_bare['instant_with_two_agents_us']:.1f} µs"
     )
     print(
         "jittery policy, same order twice: "
@@ -913,6 +958,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "comparison": comparison,
         "determinism": det,
         "trio_floor": floor,
+        "simpy_floor": simpy_bare,
     }
     for d in (engine_dir, city_dir):
         write(result, d / "comparison.json")

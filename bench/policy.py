@@ -48,10 +48,10 @@ import torch
 import trio
 
 from collective.conductor import Conductor
+from collective.latency import PRESETS
 from collective.records import EpisodeConfig
 from collective.seeding import derive
 from policy.base import PolicyRequest, PolicyResponse
-from policy.latency import PRESETS
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 
 OUT = Path(__file__).parent / "results" / "policy"

@@ -38,9 +38,9 @@ from collections.abc import Callable
 import trio
 
 from collective import EpisodeConfig, run_episodes
+from collective.latency import PRESETS
 from collective.world import ToolError, World
 from policy.base import PolicyRequest
-from policy.latency import PRESETS
 from policy.scripted import ScriptedPolicy
 from policy.uniform import RandomPolicy
 from worlds.market import Market

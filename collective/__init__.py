@@ -1,45 +1,108 @@
 """collective: an actor-model simulation engine for training agent collectives with RLCR.
 
-Where things are: an agent's message goes through ``collective.episode`` (every effect lands
-there); time moves only in ``collective.conductor``; the collective advantage is computed in
-``collective.train``.
+Where things are (``docs/architecture.md`` has the picture): an agent's action lands in
+``collective.episode``; a message's rules live in ``collective.comms``; who is in an episode in
+``collective.cast``; time moves only in ``collective.conductor``, through each episode's
+``collective.agenda``; the collective advantage is computed in ``collective.train``.
+
+The names below are imported on first use (PEP 562), so importing one submodule, such as
+``collective.actions`` from ``policy.base``, does not load the engine: no import loops between
+``collective`` and ``policy``.
 """
 
-from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
-from collective.actor import Actor, Fired, default_program
-from collective.conductor import Conductor, run_episode, run_episodes
-from collective.organisation import Organisation, make_organisation, register_organisation
-from collective.records import (
-    Episode,
-    EpisodeConfig,
-    EpisodeFileError,
-    EpisodeStream,
-    EpisodeWriter,
-    Turn,
-    load_episode,
-    open_episode,
-    save_episode,
-)
-from collective.registry import resolve_world
-from collective.swimlane import draw_timeline
-from collective.trace import write_trace
-from collective.world import OneOf, Range, Text, ToolError, World, tool
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
+    from collective.actor import Actor, Dismissed, default_program
+    from collective.cast import Cast
+    from collective.comms import Comms, Outcome
+    from collective.conductor import Conductor, run_episode, run_episodes
+    from collective.latency import LatencyModel, latency_preset
+    from collective.organisation import Organisation, make_organisation, register_organisation
+    from collective.primitives import PRIMITIVES, Primitive
+    from collective.records import (
+        Episode,
+        EpisodeConfig,
+        EpisodeFileError,
+        EpisodeStream,
+        EpisodeWriter,
+        Turn,
+        load_episode,
+        open_episode,
+        save_episode,
+    )
+    from collective.registry import resolve_world
+    from collective.swimlane import draw_timeline
+    from collective.trace import write_trace
+    from collective.world import OneOf, Range, Text, ToolError, World, tool
+
+_HOME: dict[str, str] = {
+    "Action": "collective.actions",
+    "ActionError": "collective.actions",
+    "ActionSpace": "collective.actions",
+    "Actor": "collective.actor",
+    "ArgSpec": "collective.actions",
+    "Cast": "collective.cast",
+    "Comms": "collective.comms",
+    "Conductor": "collective.conductor",
+    "default_program": "collective.actor",
+    "Dismissed": "collective.actor",
+    "draw_timeline": "collective.swimlane",
+    "Episode": "collective.records",
+    "EpisodeConfig": "collective.records",
+    "EpisodeFileError": "collective.records",
+    "EpisodeStream": "collective.records",
+    "EpisodeWriter": "collective.records",
+    "latency_preset": "collective.latency",
+    "LatencyModel": "collective.latency",
+    "load_episode": "collective.records",
+    "make_organisation": "collective.organisation",
+    "OneOf": "collective.world",
+    "open_episode": "collective.records",
+    "Organisation": "collective.organisation",
+    "Outcome": "collective.comms",
+    "parse_action": "collective.actions",
+    "Primitive": "collective.primitives",
+    "PRIMITIVES": "collective.primitives",
+    "Range": "collective.world",
+    "register_organisation": "collective.organisation",
+    "resolve_world": "collective.registry",
+    "run_episode": "collective.conductor",
+    "run_episodes": "collective.conductor",
+    "save_episode": "collective.records",
+    "Text": "collective.world",
+    "tool": "collective.world",
+    "ToolError": "collective.world",
+    "ToolSpec": "collective.actions",
+    "Turn": "collective.records",
+    "World": "collective.world",
+    "write_trace": "collective.trace",
+}
 __all__ = [
+    "PRIMITIVES",
     "Action",
     "ActionError",
     "ActionSpace",
     "Actor",
     "ArgSpec",
+    "Cast",
+    "Comms",
     "Conductor",
+    "Dismissed",
     "Episode",
     "EpisodeConfig",
     "EpisodeFileError",
     "EpisodeStream",
     "EpisodeWriter",
-    "Fired",
+    "LatencyModel",
     "OneOf",
     "Organisation",
+    "Outcome",
+    "Primitive",
     "Range",
     "Text",
     "ToolError",
@@ -48,6 +111,7 @@ __all__ = [
     "World",
     "default_program",
     "draw_timeline",
+    "latency_preset",
     "load_episode",
     "make_organisation",
     "open_episode",
@@ -60,3 +124,12 @@ __all__ = [
     "tool",
     "write_trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'collective' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once
+    return value

@@ -12,35 +12,46 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from collective.actions import ActionSpace
-from collective.comms import Message
-from collective.records import Turn
+from collective.comms import Comms, Message
+from collective.organisation import Organisation
+from collective.quiescence import Quiescence
+from collective.records import EpisodeConfig, Turn
 from collective.seeding import derive
+from collective.world import World
 from policy.base import PolicyRequest, PolicyResponse
 
-if TYPE_CHECKING:
-    from collective.episode import LiveEpisode
-
 THINK, ACT = 0, 1
-NEWS_LIMIT = 8  # posts per channel a prompt shows at most; the rest are counted as missed
 
 
-class Fired(Exception):
-    """Raised inside an actor's program when its organisation fires it."""
+class Stage(Protocol):
+    """What an actor reads of the episode it plays in (``LiveEpisode``), and where it parks."""
+
+    cfg: EpisodeConfig
+    now: float
+    org: Organisation
+    worlds: list[World]
+    comms: Comms
+    quiet: Quiescence
+
+    def space_for(self, role: str, group: int) -> ActionSpace: ...
+
+    def park(self, actor: Actor, kind: int, payload: object) -> Coroutine[Any, Any, Any]: ...
+
+    def observe_failed(self, actor: Actor, error: Exception) -> Exception: ...
+
+
+class Dismissed(Exception):
+    """Raised inside an actor's program when it is fired (the event is ``records.Fired``)."""
 
 
 class WorldStopped(Exception):
     """Raised inside an actor's program when its observation raised: the world has a bug, and
     the episode ends at the next quiescence (see ``LiveEpisode.observe_failed``)."""
-
-
-def sender_name(sender: int) -> str:
-    """How a post's sender reads in a prompt: an agent's id, or ``world`` (``World.post``)."""
-    return str(sender) if sender >= 0 else "world"
 
 
 class Actor:
@@ -57,7 +68,7 @@ class Actor:
         "local",
         "missed",
         "parked",
-        "policy",
+        "policy_key",
         "read_ids",
         "request",
         "role",
@@ -69,13 +80,13 @@ class Actor:
         "waiting",
     )
 
-    def __init__(self, ep: LiveEpisode, agent_id: int, role: str, group: int, local: int) -> None:
+    def __init__(self, ep: Stage, agent_id: int, role: str, group: int, local: int) -> None:
         self.ep = ep
         self.id = agent_id
         self.role = role
         self.group = group  # which world instance (islands) it lives in
         self.local = local  # its id inside that world
-        self.policy = ep.org.policy_of(role)
+        self.policy_key = ep.org.policy_of(role)  # which of the conductor's policies answers it
         self.space: ActionSpace = ep.space_for(role, group)
         self.turn = 0
         self.acts = 0
@@ -111,7 +122,7 @@ class Actor:
             temperature=ep.cfg.temperature,
             asked=ep.now,
             # The pin is the trained policy's: a frozen policy has one version, for good.
-            version=ep.cfg.policy_version if self.policy == "trained" else -1,
+            version=ep.cfg.policy_version if self.policy_key == "trained" else -1,
         )
         self.turn += 1
         return ep.park(self, THINK, req)
@@ -125,7 +136,7 @@ class Actor:
         not a closure made at every park.)"""
         self.request = None
         self.parked = False
-        self.ep.conductor.runnable += 1
+        self.ep.quiet.running()
         return trio.lowlevel.Abort.SUCCEEDED
 
     def observe(self) -> str:
@@ -142,28 +153,9 @@ class Actor:
     def prompt(self, last_result: str) -> str:
         """The observation, then what arrived since the last turn, then the last result.
 
-        Reading consumes the mailbox and moves the channel cursors; the ids read travel with the
-        next request, so the conductor can log the reads in canonical order.
+        Reading consumes the mailbox and moves the channel cursors (``Comms.unread``).
         """
-        lines = [self.observe()]
-        read: list[int] = []
-        if self.inbox:
-            lines.append("inbox: " + " | ".join(f"[{m.sender}] {m.text}" for m in self.inbox))
-            read = [m.id for m in self.inbox]
-            self.inbox.clear()
-        for name in self.ep.org.channels(self.role, self.group):
-            channel = self.ep.channels.get(name)
-            if channel is None or channel.next_seq == self.cursors.get(name, 0):
-                continue
-            posts, self.cursors[name], missed = channel.since(self.cursors.get(name, 0), NEWS_LIMIT)
-            self.missed += missed  # counted by the conductor with the next request
-            mine = [p for p in posts if p.sender != self.id]
-            if mine:
-                lines.append(
-                    f"#{name}: " + " | ".join(f"[{sender_name(p.sender)}] {p.text}" for p in mine)
-                )
-        lines.append(f"last: {last_result}")
-        self.read_ids = tuple(read)
+        lines = [self.observe(), *self.ep.comms.unread(self), f"last: {last_result}"]
         return "\n".join(lines) + "\n>"
 
 

@@ -23,10 +23,10 @@ from typing import Any
 import msgspec
 
 from collective.conductor import run_episode, run_episodes
+from collective.latency import latency_preset
 from collective.records import Episode, EpisodeConfig, encode_episode, world_error
 from collective.registry import check_runnable, make_world, resolve_world
 from collective.replay import verify
-from policy.latency import latency_preset
 from policy.uniform import RandomPolicy
 
 SATURATED = 0.95  # a random team's mean score at or above this: nothing left to learn

@@ -111,11 +111,11 @@ def _close(policy: Any) -> None:
 @command
 def cmd_run(a: argparse.Namespace) -> int:
     from collective.conductor import run_episode
+    from collective.latency import latency_preset
     from collective.organisation import make_organisation
     from collective.registry import check_runnable
     from collective.replay import tokenizer_of
     from policy.factory import make_policy
-    from policy.latency import latency_preset
 
     sample_seed = a.sample_seed if a.sample_seed is not None else a.seed
     cfg = EpisodeConfig(

@@ -32,6 +32,7 @@ from collective.actions import longest_action
 from collective.actor import Actor, Program, default_program
 from collective.episode import LiveEpisode, Recorder, Replay
 from collective.log import get_logger
+from collective.quiescence import Quiescence
 from collective.records import Episode, EpisodeConfig
 from policy.base import Policy, PolicyError, PolicyRequest, PolicyResponse
 
@@ -99,31 +100,9 @@ class Conductor:
             self.policies = {"trained": policies, "frozen": policies}
         self.program = program
         self.on_batch = on_batch
-        self.runnable = 0  # actor tasks not parked
-        self._waiting: trio.lowlevel.Task | None = None  # the conductor, parked until quiet
+        self.quiet = Quiescence()
         self.batch_stats = BatchStats()
         self.warned_bound = False
-
-    # -- quiescence -----------------------------------------------------------------------------
-
-    def task_done(self) -> None:
-        """An actor parked or finished."""
-        self.runnable -= 1
-        if self.runnable == 0 and self._waiting is not None:
-            task, self._waiting = self._waiting, None
-            trio.lowlevel.reschedule(task)
-
-    async def _quiescence(self) -> None:
-        # The conductor parks itself, as actors do, rather than waiting on a trio.Event: this
-        # happens at every simulated instant, and an Event (with its parking lot) per instant
-        # is a measurable share of the engine's cost per agent-turn.
-        while self.runnable:
-            self._waiting = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort_quiescence)
-
-    def _abort_quiescence(self, _: object) -> trio.lowlevel.Abort:
-        self._waiting = None
-        return trio.lowlevel.Abort.SUCCEEDED
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -169,7 +148,7 @@ class Conductor:
                     if cfg is None:
                         return
                     sink = recorder(cfg) if recorder is not None else None
-                    ep = LiveEpisode(cfg, self, self.program, replay, sink)
+                    ep = LiveEpisode(cfg, self.quiet, self.program, replay, sink)
                     await nursery.start(ep.host)
                     live.append(ep)
 
@@ -199,7 +178,7 @@ class Conductor:
                     if not await source.wait():
                         break
                     continue
-                await self._quiescence()
+                await self.quiet.wait()
                 for ep in live:
                     ep.start_requests(thinks)
                 # Settle every episode's current instant before asking the policy: actors
@@ -224,7 +203,7 @@ class Conductor:
     async def _think(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
         by_policy: dict[str, list[tuple[LiveEpisode, Actor, PolicyRequest]]] = {}
         for item in thinks:
-            by_policy.setdefault(item[1].policy, []).append(item)
+            by_policy.setdefault(item[1].policy_key, []).append(item)
         for key, items in by_policy.items():
             policy = self.policies.get(key)
             if policy is None:

@@ -1,10 +1,11 @@
-"""One live episode: its worlds, its actors, its heap of due events, and where effects land.
+"""One live episode: its worlds, its actors, its agenda of due events, and where effects land.
 
 This is where an agent's message goes. Every effect on shared state (a tool call, a delivery, a
 post, a hire or fire, a world's own event) is applied here, by the conductor, either when it
 starts a parked actor's request (``start_requests``, in agent-id order) or when the simulated
-clock reaches the effect (``advance``, in heap order ``(time, priority, agent, seq)``). Actors
-are resumed only inside ``advance``, so everything an actor reads was committed before it ran.
+clock reaches the effect (``advance``, in the agenda's order ``(time, priority, agent, seq)``:
+see ``collective.agenda``). Actors are resumed only inside ``advance``, so everything an actor
+reads was committed before it ran.
 
 A world method that raises (anything but a tool's ``ToolError``) is a ``WorldBug``: it is
 caught where the conductor entered the episode (``advance``, ``start_requests``), logged as a
@@ -13,12 +14,11 @@ caught where the conductor entered the episode (``advance``, ``start_requests``)
 
 from __future__ import annotations
 
-import heapq
 import inspect
 import math
 import operator
 import time
-from collections import deque
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 import outcome
@@ -28,23 +28,23 @@ from collective.actions import (
     Action,
     ActionError,
     ActionSpace,
-    ArgSpec,
-    ToolSpec,
     longest_action,
     parse_action,
 )
 from collective.actor import (
     THINK,
     Actor,
-    Fired,
+    Dismissed,
     Program,
     WorldStopped,
     prompt_digest,
-    sender_name,
 )
-from collective.comms import Archive, Channel, Message
+from collective.agenda import Agenda, Answer, Land, Resume, Timer, WorldEvent
+from collective.cast import Cast
+from collective.comms import Comms, Outcome
 from collective.log import get_logger
-from collective.organisation import make_organisation
+from collective.primitives import PRIMITIVES
+from collective.quiescence import Quiescence
 from collective.records import (
     CHUNK_RECORDS,
     Asked,
@@ -52,19 +52,16 @@ from collective.records import (
     Chunk,
     Closing,
     Committed,
-    Delivered,
-    Dropped,
     Ended,
     Episode,
     EpisodeConfig,
     Failed,
+    Fired,
     Happened,
     Hired,
     Opening,
     Part,
-    Posted,
     Rejected,
-    Sent,
     Spawned,
     Stats,
     Thought,
@@ -73,33 +70,12 @@ from collective.records import (
     Woke,
     blank_turn,
 )
-from collective.records import (
-    Fired as FiredEvent,
-)
-from collective.registry import make_world
 from collective.world import Scalar, ToolError, World, WorldBug, checked_score
 from policy.base import PolicyRequest, PolicyResponse
 
 log = get_logger("collective.episode")
 
-# Priorities of heap entries that fall on the same instant: answers first, then the world's own
-# events (so an action landing at t sees what happened at t), then effects, then plain
-# resumptions, then timers, so a message landing at t wakes a waiter before its timeout. (Only
-# the order matters: these numbers are never recorded.)
-RESPOND, WORLD, COMMIT, RESUME, TIMER = 0, 1, 2, 3, 4
-
 _BY_ID = operator.attrgetter("id")
-
-_DOCS = {
-    "msg": "send a direct message",
-    "post": "post on a channel",
-    "read": "read a channel",
-    "put": "save a note to the archive",
-    "search": "search the archive",
-    "wait": "wait for a message (0 = until one comes)",
-    "hire": "hire an agent",
-    "fire": "fire an agent you hired",
-}
 
 
 class Recorder(Protocol):
@@ -142,45 +118,26 @@ class LiveEpisode:
     def __init__(
         self,
         cfg: EpisodeConfig,
-        conductor: Any,
+        quiet: Quiescence,
         program: Program,
         replay: Replay | None = None,
         recorder: Recorder | None = None,
     ) -> None:
         self.cfg = cfg
-        self.conductor = conductor
+        self.quiet = quiet
         self.program = program
         self.replay = replay
-        self.org = make_organisation(cfg.org, cfg.budget)
-        sizes = self.org.groups(cfg.agents)
-        if sum(sizes) != cfg.agents or min(sizes) < 1:
-            raise ValueError(f"organisation {cfg.org!r} split {cfg.agents} agents into {sizes}")
-        world_sizes = sizes
-        if cfg.world_agents:
-            if len(sizes) != 1:
-                raise ValueError(f"world_agents needs a one-group organisation, not {cfg.org!r}")
-            world_sizes = [cfg.world_agents]  # sized for the team it may grow into by hiring
-        self.worlds: list[World] = [
-            make_world(cfg.world, n, self.org.variant_seed(g, cfg.world_seed), cfg.params)
-            for g, n in enumerate(world_sizes)
-        ]
+        self.cast = Cast(cfg)
+        self.org = self.cast.org
+        self.worlds = self.cast.worlds
+        self.actors = self.cast.actors
+        self.space_for = self.cast.space_for  # what an actor asks at every think (Stage)
         self.now = 0.0
         self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0
-        self.heap: list[tuple[float, int, int, int, int, Any]] = []
-        self.seq = 0
+        self.agenda = Agenda()
         self.pending: list[Actor] = []
-        self.actors: dict[int, Actor] = {}
-        self.group_sizes = list(sizes)
-        self.next_id = 0
-        self.id_limit = cfg.agents  # ids agents may address: grows with each hire
-        self.alive = 0
-        self.next_msg = 0
-        self.hired_alive = 0
-        self.hirer: dict[int, int] = {}  # hired agent -> who hired it
-        self.channels: dict[str, Channel] = {}
-        self.archive = Archive(cfg.archive_size)
         self.events: list[Any] = []
-        self.log = self.events.append  # the record: every event, in commit order
+        self.emit = self.events.append  # the record: every event, in commit order
         self.turns: list[Turn] = []
         self.curve: list[tuple[float, float]] = []
         # With a recorder, the record goes out in chunks between instants (see _flush): these
@@ -192,10 +149,9 @@ class LiveEpisode:
         if recorder is not None:
             recorder.write(Opening(cfg))
         self.stats = Stats()
-        self.spaces: dict[tuple[str, int, int], ActionSpace] = {}
+        self.comms = Comms(cfg, self.org, self.actors, self.stats)
         self.space_list: list[ActionSpace] = []  # every space a turn used, for the learner
         self.space_index: dict[int, int] = {}  # id(space) -> index in space_list
-        self.world_specs = [w.tool_specs() for w in self.worlds]
         self.ended = False
         self.end_reason = ""
         self.final_score = 0.0
@@ -207,15 +163,10 @@ class LiveEpisode:
         self.held: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = []
         self.hired: list[Actor] = []
         self.failures: list[WorldBug] = []  # observations that raised, found at quiescence
-        # A world posts on the channels its group's agents share.
-        firsts = [sum(sizes[:g]) for g in range(len(sizes))]
-        self.world_channels = [
-            self.org.channels(self.org.role(first, cfg.agents), g) for g, first in enumerate(firsts)
-        ]
-        self.group_of = {id(w): g for g, w in enumerate(self.worlds)}
+        self.group_of = self.cast.group_of
         for w in self.worlds:
             for t, fn, args in w._attach(self):  # the events its constructor scheduled
-                self._schedule(t, WORLD, self.group_of[id(w)], (w, fn, args))
+                self.agenda.push(t, self.group_of[id(w)], WorldEvent(w, fn, args))
         try:
             self.curve.append((0.0, self.score()))
         except WorldBug as bug:
@@ -232,59 +183,17 @@ class LiveEpisode:
             self.t0_wall = trio.current_time()
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
-            n = self.cfg.agents
-            start = 0
-            for g, size in enumerate(self.group_sizes):
-                for local in range(size):
-                    self.spawn(self.org.role(start + local, n), g, local, by=-1)
-                start += size
+            for role, group, local in self.cast.starting():
+                self.spawn(role, group, local, by=-1)
             task_status.started()
             await trio.sleep_forever()
 
-    def space_for(self, role: str, group: int) -> ActionSpace:
-        """The action space of a role in a group; rebuilt only when the set of ids grows."""
-        key = (role, group, self.id_limit)
-        space = self.spaces.get(key)
-        if space is None:
-            space = ActionSpace(self.world_specs[group] + self._primitive_specs(role, group))
-            self.spaces = {k: v for k, v in self.spaces.items() if k[2] == self.id_limit}
-            self.spaces[key] = space
-        return space
-
-    def _primitive_specs(self, role: str, group: int) -> tuple[ToolSpec, ...]:
-        chans = self.org.channels(role, group)
-        words = tuple(dict.fromkeys(w for world in self.worlds for w in world.lexicon))
-        text = ArgSpec("text", "text", max_chars=80, words=words)
-        args: dict[str, tuple[ArgSpec, ...]] = {
-            "msg": (ArgSpec("to", "int", lo=0, hi=self.id_limit - 1), text),
-            "post": (ArgSpec("channel", "choice", choices=chans), text),
-            "read": (ArgSpec("channel", "choice", choices=chans),),
-            "put": (text,),
-            "search": (ArgSpec("query", "text", max_chars=40, words=words),),
-            "wait": (ArgSpec("seconds", "int", lo=0, hi=self.cfg.max_wait),),
-            "hire": (ArgSpec("role", "choice", choices=self.org.hire_roles(role) or ("none",)),),
-            "fire": (ArgSpec("agent", "int", lo=0, hi=self.id_limit - 1),),
-        }
-        out = []
-        for name in self.org.primitives(role):
-            if name in ("post", "read") and not chans:
-                continue
-            kind = "wait" if name == "wait" else "comm"
-            out.append(ToolSpec(name, args[name], kind, _DOCS[name]))
-        return tuple(out)
-
     def spawn(self, role: str, group: int, local: int, by: int) -> Actor:
-        agent_id = self.next_id
-        self.next_id += 1
-        ids = self.worlds[group]._ids
-        if local == len(ids):
-            ids.append(agent_id)
-        actor = Actor(self, agent_id, role, group, local)
-        self.actors[agent_id] = actor
-        self.alive += 1
-        self.stats.peak_agents = max(self.stats.peak_agents, self.alive)
-        self.log(Spawned(self.now, agent_id, role, by))
-        self.conductor.runnable += 1
+        actor = Actor(self, self.cast.new_id(group, local), role, group, local)
+        self.cast.enter(actor)
+        self.stats.peak_agents = max(self.stats.peak_agents, self.cast.alive)
+        self.emit(Spawned(self.now, actor.id, role, by))
+        self.quiet.running()
         if self.holding:
             self.hired.append(actor)
         else:
@@ -299,38 +208,46 @@ class LiveEpisode:
         actor.task = trio.lowlevel.current_task()
         try:
             await self.program(actor)
-        except (Fired, WorldStopped):
+        except (Dismissed, WorldStopped):
             pass
         finally:
-            if actor.alive:
-                actor.alive = False
-                self.alive -= 1
-            self.conductor.task_done()
+            self.cast.exit(actor)
+            self.quiet.parked()
 
     # -- parking: the only way an actor waits ----------------------------------------------------
 
-    async def park(self, actor: Actor, kind: int, payload: object) -> Any:
+    def park(self, actor: Actor, kind: int, payload: object) -> Coroutine[Any, Any, Any]:
+        """Park ``actor`` with its request: the coroutine returned is the wait, and the actor
+        awaits it at once (``Actor.think``, ``Actor.act``). A plain function returning trio's
+        wait rather than a coroutine of its own: one frame fewer per park, twice per turn."""
         if not actor.alive:
-            raise Fired()  # fired at the instant it was resumed, before it could run
+            raise Dismissed()  # fired at the instant it was resumed, before it could run
         if self.ended:
-            await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
+            return self._park_late(actor, kind, payload)
         actor.request = (kind, payload)
         actor.parked = True
         self.pending.append(actor)
-        self.conductor.task_done()
-        return await trio.lowlevel.wait_task_rescheduled(actor.abort)
+        self.quiet.parked()
+        return trio.lowlevel.wait_task_rescheduled(actor.abort)
+
+    async def _park_late(self, actor: Actor, kind: int, payload: object) -> Any:
+        await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
+        return await self.park(actor, kind, payload)
 
     def _resume(self, actor: Actor, value: Any) -> None:
         assert actor.parked, f"agent {actor.id} resumed twice"
         actor.waiting = False
         actor.parked = False
-        self._wake_task(actor.task, outcome.Value(value))
+        if self.holding:  # always, but for a fire outside an instant: counted at _release
+            self.held.append((actor.task, outcome.Value(value)))
+        else:
+            self._wake_task(actor.task, outcome.Value(value))
 
     def _wake_task(self, task: trio.lowlevel.Task, value: outcome.Outcome[Any]) -> None:
-        self.conductor.runnable += 1
         if self.holding:
             self.held.append((task, value))
         else:
+            self.quiet.running()
             trio.lowlevel.reschedule(task, value)
 
     # -- starting requests, in canonical order --------------------------------------------------
@@ -354,7 +271,7 @@ class LiveEpisode:
             actor.request = None
             if kind == THINK:
                 req: PolicyRequest = payload  # type: ignore[assignment]
-                self.log(
+                self.emit(
                     Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
                 )
                 self.stats.read += len(actor.read_ids)
@@ -374,7 +291,7 @@ class LiveEpisode:
             at = max(self.now, trio.current_time() - self.t0_wall)
         else:
             at = self.cfg.latency.answer_at(self.now, resp.prompt_tokens, len(resp.token_ids))
-        self._schedule(at, RESPOND, actor.id, (actor, req, resp))
+        self.agenda.push(at, actor.id, Answer(actor, req, resp))
 
     def _begin(self, actor: Actor, text: str) -> None:
         act = actor.acts
@@ -384,9 +301,9 @@ class LiveEpisode:
             action = parse_action(text, actor.space)
         except ActionError as e:
             self.stats.rejected += 1
-            self.log(Rejected(self.now, actor.id, act, text[:200], str(e)))
+            self.emit(Rejected(self.now, actor.id, act, text[:200], str(e)))
             self._finish_turn(actor, "", "invalid", False, f"error: {e}")
-            self._schedule(self.now, RESUME, actor.id, (actor, f"error: {e}"))
+            self.agenda.push(self.now, actor.id, Resume(actor, f"error: {e}"))
             return
         self.stats.actions += 1
         tr = actor.turn_record
@@ -410,8 +327,8 @@ class LiveEpisode:
         else:
             duration = self.cfg.comm_duration
         until = self.now + duration
-        self.log(Began(self.now, actor.id, act, text, until))
-        self._schedule(until, COMMIT, actor.id, (actor, act, action))
+        self.emit(Began(self.now, actor.id, act, text, until))
+        self.agenda.push(until, actor.id, Land(actor, act, action))
 
     def _check_bound(self, actor: Actor, text: str) -> None:
         """An answer past its bounds is invalid, whatever its first characters say (the
@@ -427,23 +344,22 @@ class LiveEpisode:
 
     def _begin_wait(self, actor: Actor, act: int, text: str, seconds: int) -> None:
         until = self.now + seconds if seconds else -1.0
-        self.log(Began(self.now, actor.id, act, text, until))
+        self.emit(Began(self.now, actor.id, act, text, until))
         actor.waiting = True
         actor.wait_token += 1
-        news = self._news_for(actor)
+        news = self.comms.news_for(actor)
         if news:  # something arrived while it was thinking: wake it at once (in advance)
-            self._schedule(self.now, TIMER, actor.id, (actor, act, actor.wait_token, news))
+            self.agenda.push(self.now, actor.id, Timer(actor, act, actor.wait_token, news))
             return
-        for name in self.org.channels(actor.role, actor.group):
-            self._channel(name).waiting.add(actor.id)
+        self.comms.subscribe(actor)
         if seconds:
-            self._schedule(until, TIMER, actor.id, (actor, act, actor.wait_token, "timeout"))
+            self.agenda.push(until, actor.id, Timer(actor, act, actor.wait_token, "timeout"))
         # A wait with no timeout leaves nothing on the heap: an idle agent costs no CPU.
 
     # -- advancing the clock: the only place actors are resumed ---------------------------------
 
     def next_due(self) -> float:
-        return self.heap[0][0] if self.heap else math.inf
+        return self.agenda.next_due()
 
     async def advance(self) -> None:
         """Move to the next instant with due events and apply them all, in canonical order."""
@@ -455,10 +371,10 @@ class LiveEpisode:
             and self.next_due() != self.now
         ):
             self._flush()  # between instants: every outcome of this one is in
-        if not self.heap:
+        t = self.agenda.next_due()
+        if t == math.inf:
             self._end("idle")  # everyone waits for a message nobody can send
             return
-        t = self.heap[0][0]
         if t >= self.cfg.time_limit:
             self.now = self.cfg.time_limit
             for w in self.worlds:
@@ -475,23 +391,24 @@ class LiveEpisode:
         # middle of it, and an actor let run then would read an instant half committed.
         self.holding = True
         try:
-            while self.heap and self.heap[0][0] == t:
-                _, prio, _, _, _, item = heapq.heappop(self.heap)
-                if prio == RESPOND:
-                    self._respond(*item)
-                elif prio == COMMIT:
-                    changed |= await self._commit(*item)
-                elif prio == RESUME:
-                    actor, value = item
-                    if actor.alive:
-                        self._resume(actor, value)
-                elif prio == WORLD:
-                    self._happen(*item)
+            agenda = self.agenda
+            while agenda.next_due() == t:
+                entry = agenda.pop()
+                if type(entry) is Answer:
+                    self._respond(entry.actor, entry.req, entry.resp)
+                elif type(entry) is Land:
+                    changed |= await self._commit(entry.actor, entry.act, entry.action)
+                elif type(entry) is Resume:
+                    if entry.actor.alive:
+                        self._resume(entry.actor, entry.value)
+                elif type(entry) is WorldEvent:
+                    self._happen(entry.world, entry.fn, entry.args)
                     changed = True
                 else:
-                    actor, act, token, reason = item
-                    if actor.alive and actor.waiting and actor.wait_token == token:
-                        self._wake(actor, act, reason)
+                    assert type(entry) is Timer
+                    actor = entry.actor
+                    if actor.alive and actor.waiting and actor.wait_token == entry.token:
+                        self._wake(actor, entry.act, entry.reason)
                 if self.written_events + len(self.events) >= self.cfg.max_events:
                     self._release()  # before the end cancels them: a held task is still parked
                     self._end("event_limit")
@@ -509,8 +426,10 @@ class LiveEpisode:
 
     def _release(self) -> None:
         self.holding = False
+        self.quiet.running(len(self.held))
+        reschedule = trio.lowlevel.reschedule
         for task, value in self.held:
-            trio.lowlevel.reschedule(task, value)
+            reschedule(task, value)
         for actor in self.hired:
             self._start(actor)
         self.held.clear()
@@ -527,7 +446,7 @@ class LiveEpisode:
         self.stats.turns += 1
         self.stats.output_tokens += n_out
         self.stats.prompt_tokens += resp.prompt_tokens
-        self.log(
+        self.emit(
             Thought(
                 self.now,
                 actor.id,
@@ -551,7 +470,7 @@ class LiveEpisode:
             agent=actor.id,
             turn=req.turn,
             role=actor.role,
-            policy=actor.policy,
+            policy=actor.policy_key,
             asked=req.asked,
             answered=at,
             prompt=req.prompt if self.cfg.keep_prompts else "",
@@ -569,11 +488,11 @@ class LiveEpisode:
             return False
         if action.kind != "world":
             ok, result = self._primitive(actor, action)
-            self.log(Committed(self.now, actor.id, act, action.tool, ok, result, 0.0))
+            self.emit(Committed(self.now, actor.id, act, action.tool, ok, result, 0.0))
             self._finish_turn(actor, action.tool, action.kind, ok, result)
             self._resume(actor, result)
             # Messages and posts reach the world through ``heard``, which may change its score.
-            return action.tool in ("hire", "fire", "msg", "post")
+            return PRIMITIVES[action.tool].heard
         world = self.worlds[actor.group]
         t0 = time.perf_counter()
         try:
@@ -590,10 +509,10 @@ class LiveEpisode:
             real = self.replay.real[(actor.id, act)]
         if not ok:
             self.stats.tool_errors += 1
-        self.log(Committed(self.now, actor.id, act, action.tool, ok, result, real))
+        self.emit(Committed(self.now, actor.id, act, action.tool, ok, result, real))
         self._finish_turn(actor, action.tool, "world", ok, result)
         if real > 0:
-            self._schedule(self.now + real, RESUME, actor.id, (actor, result))
+            self.agenda.push(self.now + real, actor.id, Resume(actor, result))
         else:
             self._resume(actor, result)
         return True
@@ -610,7 +529,7 @@ class LiveEpisode:
                 "at() and after() may be called from the constructor, a tool, a world event, "
                 "heard, join or leave; observe, score, done and durations only read"
             )
-        self._schedule(t, WORLD, self.group_of[id(world)], (world, fn, args))
+        self.agenda.push(t, self.group_of[id(world)], WorldEvent(world, fn, args))
 
     def world_post(self, world: World, text: str) -> None:
         """``World.post``: a post from the world (sender -1) on its group's channels, waking
@@ -621,18 +540,13 @@ class LiveEpisode:
                 "post() may be called from a tool, a world event, heard, join or leave; "
                 "observe, score, done and durations only read"
             )
-        for name in self.world_channels[self.group_of[id(world)]]:
-            channel = self._channel(name)
-            msg = Message(self.next_msg, self.now, -1, text)
-            self.next_msg += 1
-            channel.post(msg)
-            self.log(Posted(self.now, -1, msg.id, channel.name, text))
-            self._wake_subscribers(channel, -1)
+        for name in self.cast.world_channels[self.group_of[id(world)]]:
+            self._apply(None, self.comms.post(self.now, -1, name, text))
 
     def _happen(self, world: World, fn: Any, args: tuple[Scalar, ...]) -> None:
         name = getattr(fn, "__name__", type(fn).__name__)
         call = f"{name}({', '.join(repr(a) for a in args)})"
-        self.log(Happened(self.now, -1, self.group_of[id(world)], call))
+        self.emit(Happened(self.now, -1, self.group_of[id(world)], call))
         try:
             fn(*args)
         except Exception as e:
@@ -652,7 +566,7 @@ class LiveEpisode:
 
     def _log_failure(self, bug: WorldBug) -> None:
         log.debug("world error", world=self.cfg.world, t=self.now, exc_info=bug.cause)
-        self.log(Failed(self.now, bug.agent, bug.world, bug.method, bug.error, bug.where))
+        self.emit(Failed(self.now, bug.agent, bug.world, bug.method, bug.error, bug.where))
 
     def _done(self) -> list[bool]:
         out = []
@@ -677,115 +591,63 @@ class LiveEpisode:
 
     def _primitive(self, actor: Actor, action: Action) -> tuple[bool, str]:
         tool, args = action.tool, action.args
-        if tool == "msg":
-            return self._send(actor, int(args[0]), str(args[1]))
-        if tool == "post":
-            channel = self._channel(str(args[0]))
-            msg = Message(self.next_msg, self.now, actor.id, str(args[1]))
-            self.next_msg += 1
-            channel.post(msg)
-            self.stats.posts += 1
-            self.log(Posted(self.now, actor.id, msg.id, channel.name, msg.text))
-            self._heard(actor, actor.local, None, msg.text)
-            self._wake_subscribers(channel, actor.id)
-            return True, f"posted on #{channel.name}"
-        if tool == "read":
-            channel = self._channel(str(args[0]))
-            posts = list(channel.posts)[-5:]
-            if not posts:
-                return True, f"#{channel.name} is empty"
-            return True, " | ".join(f"[{sender_name(p.sender)}] {p.text}" for p in posts)
-        if tool == "put":
-            nid = self.archive.put(actor.id, str(args[0]))
-            return True, f"saved as note {nid}"
-        if tool == "search":
-            hits = self.archive.search(str(args[0]))
-            if not hits:
-                return True, "no notes match"
-            return True, " | ".join(f"note {nid} by {a}: {text}" for nid, a, text in hits)
         if tool == "hire":
             return self._hire(actor, str(args[0]))
         if tool == "fire":
             return self._fire(actor, int(args[0]))
-        raise AssertionError(f"unhandled primitive {tool}")
+        comms = self.comms
+        if tool == "msg":
+            out = comms.send(self.now, actor, int(args[0]), str(args[1]))
+        elif tool == "post":
+            out = comms.post(self.now, actor.id, str(args[0]), str(args[1]))
+        elif tool == "read":
+            out = comms.read(str(args[0]))
+        elif tool == "put":
+            out = comms.put(actor.id, str(args[0]))
+        elif tool == "search":
+            out = comms.search(str(args[0]))
+        else:
+            raise AssertionError(f"unhandled primitive {tool}")
+        self._apply(actor, out)
+        return out.ok, out.result
 
-    def _send(self, sender: Actor, to: int, text: str) -> tuple[bool, str]:
-        msg_id = self.next_msg
-        self.next_msg += 1
-        self.stats.sent += 1
-        self.log(Sent(self.now, sender.id, msg_id, to, text))
-        recipient = self.actors.get(to)
-        reason = ""
-        if recipient is None or not recipient.alive:
-            reason = "no_such_agent"
-        elif not self.org.may_message(sender.group, recipient.group):
-            reason = "not_allowed"
-        elif recipient.inbox is not None and len(recipient.inbox) >= self.cfg.mailbox:
-            if self.cfg.overflow == "drop_newest":
-                reason = "mailbox_full"
-            else:
-                old = recipient.inbox.popleft()
-                self.stats.evicted += 1
-                self.log(Dropped(self.now, old.sender, old.id, to, "evicted"))
-        if reason:
-            self.stats.dropped += 1
-            self.log(Dropped(self.now, sender.id, msg_id, to, reason))
-            return False, f"message to {to} dropped: {reason.replace('_', ' ')}"
-        assert recipient is not None
-        if recipient.inbox is None:
-            recipient.inbox = deque()
-        recipient.inbox.append(Message(msg_id, self.now, sender.id, text))
-        self.stats.delivered += 1
-        self.log(Delivered(self.now, sender.id, msg_id, to))
-        if recipient.group == sender.group:
-            self._heard(sender, sender.local, recipient.local, text)
-        if recipient.waiting:
-            self._wake(recipient, recipient.acts - 1, f"message from {sender.id}")
-        return True, f"delivered to {to}"
+    def _apply(self, actor: Actor | None, out: Outcome) -> None:
+        """Land a communication's outcome: its events, then what the sender's world hears, then
+        the wake-ups (of those still waiting: hearing may have woken one already)."""
+        for e in out.events:
+            self.emit(e)
+        if out.heard is not None and actor is not None:
+            self._heard(actor, actor.local, *out.heard)
+        for other, reason in out.wake:
+            if other.waiting:
+                self._wake(other, other.acts - 1, reason)
 
     def _hire(self, actor: Actor, role: str) -> tuple[bool, str]:
-        if role not in self.org.hire_roles(actor.role):
-            return False, f"error: a {actor.role} may not hire a {role}"
-        if self.hired_alive >= self.org.budget:
-            return False, f"error: hiring budget of {self.org.budget} reached; fire someone first"
-        group = actor.group
-        local = self.group_sizes[group]
-        self.group_sizes[group] += 1
-        try:
-            self.worlds[group].join(local)
-        except Exception as e:
-            raise WorldBug(self.worlds[group], "join", e, agent=actor.id) from e
-        self.id_limit = max(self.id_limit, self.next_id + 1)
+        seat = self.cast.hire(actor, role)
+        if isinstance(seat, str):
+            return False, seat
+        group, local = seat
         new = self.spawn(role, group, local, by=actor.id)
-        self.hirer[new.id] = actor.id
-        self.hired_alive += 1
+        self.cast.hired(actor, new)
         self.stats.hires += 1
-        self.log(Hired(self.now, actor.id, new.id, role))
+        self.emit(Hired(self.now, actor.id, new.id, role))
         return True, f"hired agent {new.id} as {role}"
 
     def _fire(self, actor: Actor, target_id: int) -> tuple[bool, str]:
-        target = self.actors.get(target_id)
-        if target is None or not target.alive:
-            return False, f"error: there is no agent {target_id}"
-        if self.hirer.get(target_id) != actor.id:
-            return False, f"error: you may only fire agents you hired; {target_id} is not one"
-        target.alive = False
-        self.alive -= 1
-        self.hired_alive -= 1
+        target = self.cast.fire(actor, target_id)
+        if isinstance(target, str):
+            return False, target
         self.stats.fires += 1
-        try:
-            self.worlds[target.group].leave(target.local)
-        except Exception as e:
-            raise WorldBug(self.worlds[target.group], "leave", e, agent=actor.id) from e
-        self.log(FiredEvent(self.now, actor.id, target_id))
+        self.cast.leave(actor, target)
+        self.emit(Fired(self.now, actor.id, target_id))
         if target.waiting:
             self._stop_waiting(target)
         if target.parked:
-            # Parked on an in-flight request or a wait: end its program now. Its heap entries
+            # Parked on an in-flight request or a wait: end its program now. Its agenda entries
             # are skipped because it is no longer alive. (If it was resumed at this very
-            # instant, its next park raises Fired instead.)
+            # instant, its next park raises Dismissed instead.)
             target.parked = False
-            self._wake_task(target.task, outcome.Error(Fired()))
+            self._wake_task(target.task, outcome.Error(Dismissed()))
         return True, f"fired agent {target_id}"
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -797,42 +659,16 @@ class LiveEpisode:
         except Exception as e:
             raise WorldBug(world, "heard", e, agent=sender.id) from e
 
-    def _wake_subscribers(self, channel: Channel, sender: int) -> None:
-        for waiter in sorted(channel.waiting):
-            other = self.actors[waiter]
-            if waiter != sender and other.waiting:
-                self._wake(other, other.acts - 1, f"post on #{channel.name}")
-
-    def _channel(self, name: str) -> Channel:
-        ch = self.channels.get(name)
-        if ch is None:
-            ch = self.channels[name] = Channel(name, self.cfg.channel_history)
-        return ch
-
-    def _news_for(self, actor: Actor) -> str:
-        if actor.inbox:
-            return f"{len(actor.inbox)} new message(s)"
-        for name in self.org.channels(actor.role, actor.group):
-            ch = self.channels.get(name)
-            if ch is not None and ch.next_seq > actor.cursors.get(name, 0):
-                posts, _, _ = ch.since(actor.cursors.get(name, 0), ch.capacity)
-                if any(p.sender != actor.id for p in posts):
-                    return f"news on #{name}"
-        return ""
-
     def _stop_waiting(self, actor: Actor) -> None:
-        for name in self.org.channels(actor.role, actor.group):
-            ch = self.channels.get(name)
-            if ch is not None:
-                ch.waiting.discard(actor.id)
+        self.comms.unsubscribe(actor)
         actor.waiting = False
         actor.wait_token += 1  # its timer, if any, is now stale
 
     def _wake(self, actor: Actor, act: int, reason: str) -> None:
         self._stop_waiting(actor)
-        self.log(Woke(self.now, actor.id, reason))
+        self.emit(Woke(self.now, actor.id, reason))
         result = f"woke: {reason}"
-        self.log(Committed(self.now, actor.id, act, "wait", True, result, 0.0))
+        self.emit(Committed(self.now, actor.id, act, "wait", True, result, 0.0))
         self._finish_turn(actor, "wait", "wait", True, result)
         self._resume(actor, result)
 
@@ -842,10 +678,6 @@ class LiveEpisode:
             i = self.space_index[id(space)] = len(self.space_list)
             self.space_list.append(space)  # keeps it alive, so its id stays unique
         return i
-
-    def _schedule(self, t: float, prio: int, agent: int, item: Any) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, agent, self.seq, 0, item))
 
     def score(self) -> float:
         scores = []
@@ -879,13 +711,13 @@ class LiveEpisode:
             self.world_metrics = {}
         self.end_reason = reason
         self.stats.unread = sum(len(a.inbox) for a in self.actors.values() if a.inbox)
-        self.log(Ended(self.now, -1, reason, self.final_score))
+        self.emit(Ended(self.now, -1, reason, self.final_score))
         self.ended = True
         # Answers still in flight were sampled but land after the end: keep them as turns
         # (answered after the end, no action), so a replay's policy can give the same answers.
-        for t, prio, _, _, _, item in sorted(self.heap, key=lambda h: h[:4]):
-            if prio == RESPOND:  # fired agents' too, for the same reason as in _respond
-                self.turns.append(self._turn(item[0], item[1], item[2], t))
+        for t, entry in self.agenda.in_order():
+            if type(entry) is Answer:  # fired agents' too, for the same reason as in _respond
+                self.turns.append(self._turn(entry.actor, entry.req, entry.resp, t))
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
 
@@ -924,7 +756,7 @@ class LiveEpisode:
         self.written_events += len(self.events)
         self.written_turns += len(self.turns)
         self.written_spaces = len(self.space_list)
-        self.events.clear()  # in place: self.log appends to it
+        self.events.clear()  # in place: self.emit appends to it
         self.turns = []
         self.ends = []
         self.curve = self.curve[-1:]  # the last point stays: advance compares with it

@@ -11,9 +11,8 @@ import inspect
 from collections.abc import Sequence
 from typing import ClassVar
 
+from collective.primitives import BASIC, NAMES, PRIMITIVES  # noqa: F401 (train.py reads it here)
 from collective.seeding import derive
-
-PRIMITIVES = ("msg", "post", "read", "put", "search", "wait", "hire", "fire")
 
 
 class Organisation:
@@ -44,8 +43,8 @@ class Organisation:
         return ("all",)
 
     def primitives(self, role: str) -> tuple[str, ...]:
-        base = ("msg", "post", "read", "put", "search", "wait")
-        return (*base, "hire", "fire") if self.hire_roles(role) else base
+        """The primitives a role has (``collective.primitives``): hiring ones only if it may."""
+        return NAMES if self.hire_roles(role) else BASIC
 
     def hire_roles(self, role: str) -> tuple[str, ...]:
         """Roles an agent of this role may hire (empty: may not hire)."""

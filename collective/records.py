@@ -28,7 +28,7 @@ import msgspec
 import zstandard
 
 from collective.actions import ActionSpace
-from policy.latency import DEFAULT_PRESET, PRESETS, LatencyModel
+from collective.latency import DEFAULT_PRESET, PRESETS, LatencyModel
 
 FORMAT = 2
 

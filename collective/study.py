@@ -23,9 +23,9 @@ import trio
 
 from collective.conductor import Conductor
 from collective.config import ClusterConfig
+from collective.latency import latency_preset
 from collective.records import Dropped, Episode, EpisodeConfig, Posted
 from policy.base import Policy
-from policy.latency import latency_preset
 
 
 class ScaleConfig(msgspec.Struct, kw_only=True):

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from collective.organisation import PRIMITIVES
+from collective.primitives import PRIMITIVES
 from collective.records import (
     AnyEvent,
     Asked,

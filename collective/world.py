@@ -36,16 +36,13 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import msgspec
 
 from collective.actions import ArgSpec, ToolSpec
-from collective.organisation import PRIMITIVES
+from collective.primitives import PRIMITIVES
 from collective.records import failure_text
-
-if TYPE_CHECKING:
-    from collective.episode import LiveEpisode
 
 Bound = int | str | Callable[[Any], int]
 
@@ -81,6 +78,19 @@ class ToolError(Exception):
 Duration = float | str | Callable[..., float]
 #: What a world event's arguments may be: they are written into the record (``Happened``).
 Scalar = int | float | str | bool | None
+
+
+class Host(Protocol):
+    """What a world asks of the episode running it (``LiveEpisode``): its own events, its
+    posts."""
+
+    def schedule_world_event(
+        self, world: World, t: float, fn: Callable[..., object], args: tuple[Scalar, ...]
+    ) -> None: ...
+
+    def world_post(self, world: World, text: str) -> None: ...
+
+
 #: Where the engine's own code lives: a traceback's frames there are not the world's.
 _ENGINE = str(Path(__file__).resolve().parent) + "/"
 #: Names a tool may not take: the World's own attributes, which a tool would hide.
@@ -152,7 +162,7 @@ class World:
         self.now = 0.0
         self._ids: list[int] = []  # engine-wide agent ids, by this world's agent number
         # (Name-mangled: a subclass's own attributes cannot collide with these.)
-        self.__episode: LiveEpisode | None = None  # the episode running this world, if any
+        self.__episode: Host | None = None  # the episode running this world, if any
         self.__early: list[tuple[float, Callable[..., object], tuple[Scalar, ...]]] = []
 
     # -- what a subclass writes ---------------------------------------------------------------
@@ -271,7 +281,7 @@ class World:
         cls._tool_decls = decls
 
     def _attach(
-        self, episode: LiveEpisode
+        self, episode: Host
     ) -> list[tuple[float, Callable[..., object], tuple[Scalar, ...]]]:
         """An episode takes this world: from now on ``at`` and ``post`` go to it. Returns the
         events the constructor scheduled, for the episode to put on its heap."""
@@ -281,6 +291,11 @@ class World:
 
     def _detach(self) -> None:
         self.__episode = None
+
+    def _seat(self, agent: int, agent_id: int) -> None:
+        """The engine gave this world's agent ``agent`` the id ``agent_id`` (see ``agent_id``)."""
+        if agent == len(self._ids):
+            self._ids.append(agent_id)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """This instance's tools with every domain resolved (bounds may depend on its size)."""

@@ -1,14 +1,6 @@
-"""Policies: the request/response types, the backends, the latency model."""
+"""Policies: the request/response types and the backends. (The latency model, which says when
+an answer lands in simulated time, is the engine's: ``collective.latency``.)"""
 
 from policy.base import Policy, PolicyError, PolicyRequest, PolicyResponse
-from policy.latency import PRESETS, LatencyModel, latency_preset
 
-__all__ = [
-    "PRESETS",
-    "LatencyModel",
-    "Policy",
-    "PolicyError",
-    "PolicyRequest",
-    "PolicyResponse",
-    "latency_preset",
-]
+__all__ = ["Policy", "PolicyError", "PolicyRequest", "PolicyResponse"]

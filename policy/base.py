@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
+from collective.actions import ActionSpace
+
 if TYPE_CHECKING:
     import torch  # only for annotations: importing the engine must not load torch
 
@@ -88,9 +90,3 @@ class TrainableModel(Protocol):
         """Write the current weights (tagged with ``version``) for the serving backend; return
         the path written."""
         ...
-
-
-# Imported last, on purpose: ``collective`` imports this module while it initialises, so the
-# classes above must exist before ``collective.actions`` (and with it ``collective``) is loaded.
-# msgspec resolves the ``ActionSpace`` annotation lazily, from this module's globals.
-from collective.actions import ActionSpace  # noqa: E402

@@ -1,80 +1,8 @@
-"""How long a policy call takes in simulated time.
+"""Moved to ``collective.latency`` (the latency model is the engine's: it says when an answer
+lands in simulated time). This name stays only until ``collective/rollouts.py``,
+``bench/cluster.py`` and ``bench/signs_of_life.py``, edited on other branches now, import it
+from there; then delete it."""
 
-Simulated latency comes from token counts and the speeds of the deployment being simulated,
-never from how long the batch really ran on this machine (except in ``real`` clock mode), so an
-episode's timeline does not depend on the machine that computed it. The preset in use is
-recorded in every episode.
-"""
+from collective.latency import DEFAULT_PRESET, PRESETS, LatencyModel, latency_preset
 
-from __future__ import annotations
-
-import math
-
-import msgspec
-
-
-class LatencyModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``overhead + prompt_tokens / prefill_tps + output_tokens / decode_tps`` seconds, then
-    rounded up to the deployment's scheduler ``tick``.
-
-    The tick models a serving engine that admits and returns work in scheduling steps: answers
-    that would land within one tick of each other land together, so agents that were in step
-    stay in step and their next calls batch together, as they would on a real server. 0 turns
-    it off (every call lands at its own instant).
-    """
-
-    name: str = "custom"
-    prefill_tps: float = 10_000.0  # prompt tokens per second, per request
-    decode_tps: float = 50.0  # output tokens per second, per request
-    overhead: float = 0.5  # seconds per call (queueing, network, scheduling)
-    tick: float = 0.0  # answers land on multiples of this many seconds (0: no rounding)
-
-    def __post_init__(self) -> None:
-        if self.prefill_tps <= 0 or self.decode_tps <= 0:
-            raise ValueError(f"latency model {self.name!r}: token speeds must be > 0")
-        if self.overhead <= 0:
-            # A zero-cost call would let an agent loop forever at one simulated instant.
-            raise ValueError(f"latency model {self.name!r}: overhead must be > 0 seconds")
-        if self.tick < 0:
-            raise ValueError(f"latency model {self.name!r}: tick must be >= 0 seconds")
-
-    def seconds(self, prompt_tokens: int, output_tokens: int) -> float:
-        return self.overhead + prompt_tokens / self.prefill_tps + output_tokens / self.decode_tps
-
-    def answer_at(self, now: float, prompt_tokens: int, output_tokens: int) -> float:
-        """When a call made at ``now`` is answered: after its latency, on the next tick."""
-        at = now + self.seconds(prompt_tokens, output_tokens)
-        if self.tick:
-            at = math.ceil(at / self.tick) * self.tick
-        return at
-
-
-#: Named deployments. The figures are round numbers of the right order for each setting, not
-#: measurements; pass a custom LatencyModel to simulate a measured deployment.
-PRESETS: dict[str, LatencyModel] = {
-    # An 8B model on one H200 with SGLang, moderate load.
-    "h200-8b": LatencyModel(
-        name="h200-8b", prefill_tps=20_000.0, decode_tps=80.0, overhead=0.3, tick=0.25
-    ),
-    # A 70B model on A100s, tensor parallel, moderate load.
-    "a100-70b": LatencyModel(
-        name="a100-70b", prefill_tps=4_000.0, decode_tps=25.0, overhead=0.8, tick=0.25
-    ),
-    # A hosted frontier API: large fixed overhead.
-    "api": LatencyModel(name="api", prefill_tps=10_000.0, decode_tps=60.0, overhead=2.0, tick=0.5),
-    # The project's tiny byte-level model, where one token is one byte.
-    "tiny": LatencyModel(
-        name="tiny", prefill_tps=50_000.0, decode_tps=200.0, overhead=0.5, tick=0.5
-    ),
-}
-
-DEFAULT_PRESET = "h200-8b"
-
-
-def latency_preset(name: str) -> LatencyModel:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown latency preset {name!r}; presets are: {', '.join(PRESETS)}"
-        ) from None
+__all__ = ["DEFAULT_PRESET", "PRESETS", "LatencyModel", "latency_preset"]

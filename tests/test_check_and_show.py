@@ -12,8 +12,8 @@ import pytest
 from collective import EpisodeConfig, run_episode
 from collective.check import check_world, score_before
 from collective.cli import main
+from collective.latency import PRESETS
 from collective.records import load_episode
-from policy.latency import PRESETS
 from policy.uniform import RandomPolicy
 
 HERE = Path(__file__).parent

@@ -60,7 +60,7 @@ def random_episode(world: str, agents: int, seed: int, limit: float, **params: A
 
 
 def _tiny() -> Any:
-    from policy.latency import PRESETS
+    from collective.latency import PRESETS
 
     return PRESETS["tiny"]
 

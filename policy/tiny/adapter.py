@@ -38,6 +38,7 @@ from policy.grammar import batch_tables
 from policy.tiny import decode
 from policy.tiny.invariant import SamplingNet
 from policy.tiny.model import TinyConfig, TinyTransformer
+from policy.tiny.weights import load_weights, save_weights, snapshot
 from policy.tokenizer import decode as detokenize
 
 #: The output budget a request has unless it says otherwise (the learner's default, too).
@@ -118,9 +119,9 @@ class TinyModel:
 
     @classmethod
     def load(cls, path: str | Path, **kw: object) -> TinyModel:
-        from policy.tiny.checkpoint import load_checkpoint
-
-        return load_checkpoint(path, **kw)
+        """A checkpoint's weights (checked: see ``policy.tiny.weights``) as a policy."""
+        net, version = load_weights(path)
+        return cls(net, version=version, source=f"{path}, v{version}", **kw)  # type: ignore[arg-type]
 
     @property
     def config(self) -> TinyConfig:
@@ -189,11 +190,13 @@ class TinyModel:
         )
 
     def save(self, directory: Path) -> Path:
-        from policy.tiny.checkpoint import save_checkpoint
+        return self.save_to(Path(directory) / f"tiny-v{self.version:06d}.pt")
 
-        path = Path(directory) / f"tiny-v{self.version:06d}.pt"
-        save_checkpoint(self, path)
-        return path
+    def save_to(self, path: Path) -> Path:
+        """Write the weights and version to ``path``, atomically."""
+        with self.lock:
+            version, state = self.version, snapshot(self.net)
+        return save_weights(self.config, version, state, path)
 
     # -- the policy's side -------------------------------------------------------------------
 

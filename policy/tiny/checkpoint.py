@@ -1,94 +1,25 @@
-"""Checkpoints of the tiny model: weights, network config, tokenizer and version in one file.
-
-The file is a ``torch.save`` of ``{"meta": <JSON text>, "state_dict": {...}}``, loaded with
-``weights_only=True`` (no pickled code runs). ``meta`` is a :class:`CheckpointMeta`, checked on
-load against this code's tokenizer and the weights' shapes, so a wrong, truncated or corrupt
-file fails with an error that names the file and what is wrong with it.
-"""
+"""Checkpoints of the tiny policy: its weights file (``policy.tiny.weights``) read into, or
+written from, a :class:`TinyModel`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
-import msgspec
-import torch
+from policy.tiny.adapter import TinyModel
+from policy.tiny.weights import CheckpointError, CheckpointMeta, TokenizerSpec
 
-from policy.tiny.model import TinyConfig, TinyTransformer
-from policy.tokenizer import BOS, EOS, PAD, VOCAB_SIZE
-
-if TYPE_CHECKING:
-    from policy.tiny.adapter import TinyModel
-
-FORMAT = 1
-
-
-class TokenizerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What the token ids mean: the weights are useless under any other mapping."""
-
-    kind: Literal["bytes"] = "bytes"
-    vocab_size: int = VOCAB_SIZE
-    pad: int = PAD
-    bos: int = BOS
-    eos: int = EOS
-
-
-class CheckpointMeta(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    format: int = FORMAT
-    config: TinyConfig
-    tokenizer: TokenizerSpec = TokenizerSpec()
-    version: int = 0
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, unreadable, corrupt, or does not fit this code."""
+__all__ = [
+    "CheckpointError",
+    "CheckpointMeta",
+    "TokenizerSpec",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 
 def save_checkpoint(model: TinyModel, path: str | Path) -> Path:
-    """Write atomically (a crash never leaves half a checkpoint under the final name)."""
-    path = Path(path)
-    with model.lock:
-        meta = CheckpointMeta(config=model.config, version=model.version)
-        state = {k: v.detach().clone() for k, v in model.net.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"meta": msgspec.json.encode(meta).decode(), "state_dict": state}, tmp)
-    tmp.replace(path)
-    return path
+    return model.save_to(Path(path))
 
 
 def load_checkpoint(path: str | Path, **model_kw: object) -> TinyModel:
-    from policy.tiny.adapter import TinyModel
-
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many kinds for a bad file; all mean the same here
-        raise CheckpointError(
-            f"{path}: not a readable tiny-policy checkpoint (truncated or corrupt: {e})"
-        ) from None
-    if not isinstance(blob, dict) or not {"meta", "state_dict"} <= blob.keys():
-        raise CheckpointError(f"{path}: not a tiny-policy checkpoint (no meta and state_dict)")
-    try:
-        meta = msgspec.json.decode(blob["meta"], type=CheckpointMeta)
-    except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as e:
-        raise CheckpointError(f"{path}: invalid checkpoint metadata: {e}") from None
-    if meta.format != FORMAT:
-        raise CheckpointError(f"{path}: checkpoint format {meta.format}, this code reads {FORMAT}")
-    if meta.tokenizer != TokenizerSpec():
-        raise CheckpointError(
-            f"{path}: the weights were trained with tokenizer {meta.tokenizer}, "
-            f"this code has {TokenizerSpec()}"
-        )
-    net = TinyTransformer(meta.config)
-    try:
-        net.load_state_dict(blob["state_dict"], strict=True)
-    except (RuntimeError, TypeError, AttributeError) as e:
-        raise CheckpointError(f"{path}: weights do not match config {meta.config}: {e}") from None
-    for name, p in net.named_parameters():
-        if not bool(torch.isfinite(p).all()):
-            raise CheckpointError(f"{path}: weight {name} contains NaN or infinity")
-    source = f"{path}, v{meta.version}"
-    return TinyModel(net, version=meta.version, source=source, **model_kw)  # type: ignore[arg-type]
+    return TinyModel.load(path, **model_kw)
