@@ -81,8 +81,8 @@ def team_of_8() -> dict:
     import trio
 
     from collective.conductor import Conductor
+    from collective.latency import latency_preset
     from collective.records import EpisodeConfig
-    from policy.latency import latency_preset
     from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 
     cfg = EpisodeConfig(

@@ -21,11 +21,11 @@ import trio
 
 from collective.conductor import Conductor
 from collective.config import TrainConfig, time_limit_at
+from collective.latency import latency_preset
 from collective.records import Episode, EpisodeConfig, world_error
 from collective.rundir import RunDir
 from collective.seeding import derive
 from policy.base import Policy, PolicyRequest, PolicyResponse
-from policy.latency import latency_preset
 
 
 def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> EpisodeConfig:
