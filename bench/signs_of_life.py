@@ -370,10 +370,10 @@ def plots(out: Path, res: dict[str, Any]) -> list[str]:
     save(fig, "communication_and_score.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for kind, lc in res["latency_curves"].items():
+    for c, (kind, lc) in enumerate(res["latency_curves"].items()):
         g = lc["grid"] / 60
-        ax.plot(g, lc["team"].mean((0, 1)), label=f"collective of 8, {kind}")
-        ax.plot(g, lc["solo"].mean((0, 1)), ls="--", label=f"solo, same tokens, {kind}")
+        ax.plot(g, lc["team"].mean((0, 1)), color=f"C{c}", label=f"collective of 8, {kind}")
+        ax.plot(g, lc["solo"].mean((0, 1)), color=f"C{c}", ls="--", label=f"solo, {kind}")
     ax.axvline(EVAL_T / 60, color="grey", ls=":")
     ax.set(xlabel="simulated minutes", ylabel="mean score", title="3. Score against latency")
     ax.legend(fontsize=7)
@@ -649,6 +649,11 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
         f"size; {s['wall_seconds'] / 60:.1f} min in all ({s['train_seconds'] / 60:.1f} training).",
         "Every figure: mean [95% bootstrap interval over seeds and instances]. Verdict: yes only "
         "when the interval clears every baseline (collective/intervals.py).",
+        *(
+            []
+            if s["quick"]
+            else ["", "What reproduced, what did not, and why: [DISCUSSION.md](DISCUSSION.md)."]
+        ),
         "",
         "| finding | trained | random | untrained | other baselines | seed | verdict |",
         "|---|---|---|---|---|---|---|",
