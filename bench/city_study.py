@@ -396,18 +396,24 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
                 pts.append((n, v))
         return pts
 
+    def errorbars(ax: Any, pts: list[tuple[int, Any]], label: str) -> None:
+        """Means with their 95% intervals against agent count; none where cells are missing."""
+        if pts:
+            lo = [p[1]["mean"] - p[1]["lo"] for p in pts]
+            hi = [p[1]["hi"] - p[1]["mean"] for p in pts]
+            ax.errorbar(
+                [p[0] for p in pts],
+                [p[1]["mean"] for p in pts],
+                yerr=[lo, hi],
+                marker="o",
+                capsize=3,
+                label=label,
+            )
+
     fig, axes = plt.subplots(1, len(conditions), figsize=(4 * len(conditions), 4), sharey=True)
     for ax, cond in zip(np.atleast_1d(axes), conditions, strict=True):
         for name in POLICIES:
-            pts = series(name, cond, "score_at", f"{HORIZON:g}")
-            if pts:
-                x = [p[0] for p in pts]
-                m = [p[1]["mean"] for p in pts]
-                err = [
-                    [p[1]["mean"] - p[1]["lo"] for p in pts],
-                    [p[1]["hi"] - p[1]["mean"] for p in pts],
-                ]
-                ax.errorbar(x, m, yerr=err, marker="o", capsize=3, label=name)
+            errorbars(ax, series(name, cond, "score_at", f"{HORIZON:g}"), name)
         ax.set_xscale("log", base=2)
         ax.set(title=cond, xlabel="agents", ylim=(0, 1))
     np.atleast_1d(axes)[0].set_ylabel(f"score at {HORIZON:g} s (mean, 95% CI)")
@@ -420,15 +426,7 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     for name in POLICIES:  # under flat: the keys' publication, for each policy
         for ax, field in zip(axes[:2], ("published", "publication_time"), strict=True):
-            pts = series(name, "flat", field)
-            if pts:
-                x = [p[0] for p in pts]
-                m = [p[1]["mean"] for p in pts]
-                err = [
-                    [p[1]["mean"] - p[1]["lo"] for p in pts],
-                    [p[1]["hi"] - p[1]["mean"] for p in pts],
-                ]
-                ax.errorbar(x, m, yerr=err, marker="o", capsize=3, label=name)
+            errorbars(ax, series(name, "flat", field), name)
     for cond, style in (("flat", "-"), ("keys_public", "--"), ("islands", ":")):
         for n, colour in ((8, "C0"), (64, "C3")):
             c = cells.get(cell_key("trained", cond, n))
