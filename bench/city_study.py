@@ -12,7 +12,7 @@ under five conditions that differ in one thing each:
 - ``keys_off``: no module needs a key (``knowledge=0``);
 - ``keys_public``: modules need keys as in ``flat``, but every key is public from the start
   (:class:`PublicKeys`): the ablation that removes only the keys' travel;
-- ``dm_only``: a key teaches only by direct message, never by a post (:class:`DirectKeys`).
+- ``dm_only``: a key teaches only by direct message, never by a post (``posts_teach=False``).
 
 The workshop has ``min(keys, agents)`` = 4 keys at every size, each known at the start by one
 agent: half of an 8-agent team holds a key, one agent in 16 at 64. A key is learned by hearing
@@ -66,14 +66,6 @@ POLICIES = ("trained", "untrained", "random")
 _REFUSED = re.compile(r"needs key k(\d+), which you do not know")
 
 
-class DirectKeys(Workshop):
-    """The workshop, but a post teaches nobody: a key travels only by direct message."""
-
-    def heard(self, sender: int, to: int | None, text: str) -> None:
-        if to is not None:
-            super().heard(sender, to, text)
-
-
 class PublicKeys(Workshop):
     """The workshop, but every key is public from the start: modules still name their keys,
     nobody is ever refused for one (the keys' travel, and only it, is taken away)."""
@@ -102,7 +94,7 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "islands": {"org": "islands_mean"},
     "keys_off": {"params": {"knowledge": 0.0}},
     "keys_public": {"world": "bench.city_study:PublicKeys"},
-    "dm_only": {"world": "bench.city_study:DirectKeys"},
+    "dm_only": {"params": {"posts_teach": False}},  # the workshop's own knob: no post teaches
 }
 
 
