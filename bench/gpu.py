@@ -382,7 +382,7 @@ def main() -> None:
     }
     print(f"bench/gpu.py on {result['machine']}: {shape}, {dtype}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        from policy.hf_make import make_tiny_lm
+        from collective.make_model import make_tiny_lm
 
         tokenizer = str(make_tiny_lm(Path(tmp) / "tiny-lm"))
         for mode in ("chunked", "naive"):

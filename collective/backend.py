@@ -244,7 +244,7 @@ class HFBackend:
 def build_model(kind: str, path: Path) -> Path:
     """Build a model directory with ``collective make-model KIND`` (seed 0) where none is, safely
     beside other runs doing the same: built aside, then renamed into place."""
-    from policy.hf_make import MAKERS
+    from collective.make_model import MAKERS
 
     aside = path.with_name(f".{path.name}.building-{os.getpid()}")
     shutil.rmtree(aside, ignore_errors=True)

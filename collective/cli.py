@@ -518,7 +518,7 @@ def cmd_make_model(a: argparse.Namespace) -> int:
 
     from safetensors import safe_open
 
-    from policy.hf_make import MAKERS
+    from collective.make_model import MAKERS
 
     t0 = time.perf_counter()
     path = MAKERS[a.kind](a.dir, seed=a.seed)

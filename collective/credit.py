@@ -24,10 +24,10 @@ import msgspec
 import trio
 
 from collective.conductor import Conductor
+from collective.recorded import RecordedPolicy
 from collective.records import Episode, Spawned
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
-from policy.recorded import RecordedPolicy
 
 
 class LeaveOut(RecordedPolicy):

@@ -29,6 +29,7 @@ from collective.actions import longest_action
 from collective.actor import default_program
 from collective.conductor import Conductor
 from collective.episode import Recorder, Replay
+from collective.recorded import RecordedPolicy
 from collective.records import (
     Chunk,
     Closing,
@@ -42,7 +43,6 @@ from collective.records import (
 )
 from policy import tokenizer as byte_tokenizer
 from policy.base import Policy, PolicyError
-from policy.recorded import RecordedPolicy
 
 
 class Divergence(msgspec.Struct):

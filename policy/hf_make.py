@@ -1,4 +1,4 @@
-"""``collective make-model tiny-lm DIR``: a real Hugging Face model directory, built here.
+"""A real Hugging Face model directory, built here: the ``tiny-lm`` of ``collective make-model``.
 
 Nothing is downloaded. The directory holds what a user's own model directory holds, in the same
 layout (``save_pretrained``): ``config.json`` and ``model.safetensors`` of a Qwen2-architecture
@@ -8,13 +8,13 @@ byte-level BPE tokenizer with a ChatML chat template (Qwen's markers: ``<|im_sta
 load it; ``collective train configs/llm-cpu.toml`` trains it with the same RLCR recipe as the
 tiny byte model.
 
-The tokenizer is trained with the ``tokenizers`` library on text the built-in worlds produce:
-episodes of each world (but ``repo``, whose tools run code in a sandbox) played by the random
-policy, every prompt rendered as the hf path renders it, and every action taken. So the words
-of prompts and actions, and whole lines of the tool list, are single tokens.
+The tokenizer is trained with the ``tokenizers`` library on the texts it is given. The engine
+gives it (``collective.make_model``) text the built-in worlds produce: prompts as the hf path
+renders them and the actions taken, so the words of prompts and actions, and whole lines of the
+tool list, are single tokens. This module plays no episodes: ``policy/`` sits below the engine.
 
-Deterministic: the same seed writes the same bytes (the corpus comes from seeded episodes, BPE
-training breaks ties by a fixed order, the weights are drawn from ``torch.manual_seed(seed)``).
+Deterministic: the same texts and seed write the same bytes (BPE training breaks ties by a fixed
+order, the weights are drawn from ``torch.manual_seed(seed)``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from typing import Any
 import msgspec
 import torch
 
-from policy.hf_prompt import render
-
 #: Qwen's chat format: a turn is ``<|im_start|>ROLE\nCONTENT<|im_end|>\n``.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -36,7 +34,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-CORPUS_WORLDS = ("tally", "workshop", "relay", "market")
 
 
 class TinyLM(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,31 +47,6 @@ class TinyLM(msgspec.Struct, frozen=True, kw_only=True):
     num_key_value_heads: int = 2
     max_position_embeddings: int = 1024
     episodes_per_world: int = 6
-
-
-def corpus(spec: TinyLM, seed: int = 0) -> list[str]:
-    """Prompts (rendered as the hf path renders them) and actions of the built-in worlds,
-    played by the random policy from seeded streams."""
-    from collective import EpisodeConfig, run_episodes
-    from policy.uniform import RandomPolicy
-
-    texts: list[str] = []
-    for w, world in enumerate(CORPUS_WORLDS):
-        configs = [
-            EpisodeConfig(
-                world=world,
-                agents=1 + k % 4,
-                world_seed=seed * 1000 + w * 100 + k,
-                sample_seed=seed * 1000 + w * 100 + k,
-                time_limit=300.0,
-            )
-            for k in range(spec.episodes_per_world)
-        ]
-        for ep in run_episodes(configs, RandomPolicy(), concurrency=len(configs)):
-            for t in ep.turns:
-                texts.append(render(t.prompt, ep.spaces[t.space]))
-                texts.append(t.text)
-    return texts
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Any:
@@ -125,15 +97,22 @@ def _portable_tokenizer_config(directory: Path, context: int) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def make_tiny_lm(directory: str | Path, *, seed: int = 0, spec: TinyLM | None = None) -> Path:
-    """Write the ``tiny-lm`` model directory (see the module docstring) and return it."""
+def check_empty(directory: Path) -> None:
+    if directory.exists() and any(directory.iterdir()):
+        raise ValueError(f"{directory} exists and is not empty (pick a new directory)")
+
+
+def write_tiny_lm(
+    directory: str | Path, texts: list[str], *, seed: int = 0, spec: TinyLM | None = None
+) -> Path:
+    """Write the ``tiny-lm`` model directory (see the module docstring), its tokenizer trained
+    on ``texts``, and return it."""
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     spec = spec or TinyLM()
     directory = Path(directory)
-    if directory.exists() and any(directory.iterdir()):
-        raise ValueError(f"{directory} exists and is not empty (pick a new directory)")
-    tokenizer = train_tokenizer(corpus(spec, seed), spec.vocab_size)
+    check_empty(directory)
+    tokenizer = train_tokenizer(texts, spec.vocab_size)
     eos, pad = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     config = Qwen2Config(
         vocab_size=-(-len(tokenizer) // 64) * 64,  # padded rows, as Qwen pads its vocabulary
@@ -159,6 +138,3 @@ def make_tiny_lm(directory: str | Path, *, seed: int = 0, spec: TinyLM | None = 
     _portable_tokenizer_config(directory, spec.max_position_embeddings)
     (directory / "collective.json").write_text(json.dumps({"version": 0}) + "\n")
     return directory
-
-
-MAKERS = {"tiny-lm": make_tiny_lm}

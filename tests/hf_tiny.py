@@ -74,6 +74,6 @@ def make_model(tokenizer: Any, seed: int = 0, vocab_size: int | None = None) -> 
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``collective make-model tiny-lm DIR`` (seed 0), once per session; do not write into it."""
-    from policy.hf_make import make_tiny_lm
+    from collective.make_model import make_tiny_lm
 
     return make_tiny_lm(tmp_path_factory.mktemp("models") / "tiny-lm", seed=0)

@@ -17,7 +17,7 @@ from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.hf_make import make_tiny_lm
+from collective.make_model import make_tiny_lm
 
 PROMPT = [{"role": "user", "content": "agent 0: count 3 of 20"}]
 

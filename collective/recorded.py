@@ -5,7 +5,8 @@ be replayed exactly up to a moment and then continued with another policy ("what
 on, ...").
 
 The turns are read as the requests come (they may be a pass over an episode file; see
-``collective.records.TurnFinder``).
+``collective.records.TurnFinder``). It lives on the engine's side, beside the records it reads
+(``replay`` and ``credit`` drive the engine with it); ``policy/`` knows no records.
 """
 
 from __future__ import annotations
