@@ -41,7 +41,7 @@ import os
 import queue
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -514,17 +514,21 @@ class LearnerHost:
     with ``ray.remote`` when a run starts.)"""
 
     def train(
-        self, cfg: TrainConfig, run_dir: str, resume: bool, stop_after: int | None
+        self,
+        train: Callable[..., list[Any]],
+        cfg: TrainConfig,
+        run_dir: str,
+        resume: bool,
+        stop_after: int | None,
     ) -> list[bytes]:
         import msgspec
-
-        from collective.train import train
 
         rows = train(cfg, run_dir, resume=resume, progress=False, stop_after=stop_after, here=True)
         return [msgspec.json.encode(r) for r in rows]
 
 
 def train_on_learner_node(
+    train: Callable[..., list[Any]],
     cfg: TrainConfig,
     run_dir: str,
     *,
@@ -532,7 +536,8 @@ def train_on_learner_node(
     stop_after: int | None,
     gpus: float | None = None,
 ) -> list[bytes]:
-    """Run ``train`` in a :class:`LearnerHost` actor placed on a node with ``gpus`` GPUs
+    """Run ``train`` (``collective.train.train``, handed in: this module sits below the loop
+    and never imports it) in a :class:`LearnerHost` actor placed on a node with ``gpus`` GPUs
     (``cluster.learner_gpus``; Ray's ``num_gpus``), and wait for it. If the actor dies, the run
     stops as it stood at its last finished step, which ``--resume`` continues."""
     ray = import_ray()
@@ -546,7 +551,7 @@ def train_on_learner_node(
             .remote()
         )
         try:
-            return ray.get(host.train.remote(cfg, run_dir, resume, stop_after))
+            return ray.get(host.train.remote(train, cfg, run_dir, resume, stop_after))
         except ray.exceptions.RayActorError as e:
             raise LearnerDied(
                 f"the learner actor died ({_one_line(e)}); the run stopped at its last finished "
@@ -572,49 +577,29 @@ class LearnerDied(RuntimeError):
     """The learner actor was lost; the run directory holds a resumable state."""
 
 
-# -- the scale study's cells over workers -------------------------------------------------------
+# -- tasks over workers (the scale study's cells) -----------------------------------------------
 
 
-def _study_cell(cfg: Any, name: str, n: int, checkpoint: bytes | None) -> Any:
-    """(A Ray task.) One cell of the scale study, its policy built here from the checkpoint's
-    bytes (the node running it need not have the file)."""
-    import tempfile
-
-    import msgspec
-    import torch
-
-    from collective.study import _policies, cell
-
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        if checkpoint is not None:
-            path = os.path.join(tmp, "policy.pt")
-            with open(path, "wb") as f:
-                f.write(checkpoint)
-            cfg = msgspec.structs.replace(cfg, checkpoint=path)
-        policy = _policies(msgspec.structs.replace(cfg, policies=(name,)))[name]
-        return cell(cfg, name, policy, n)
-
-
-def study_cells(cfg: Any, jobs: list[tuple[str, int]], cluster: ClusterConfig) -> Iterator[Any]:
-    """The scale study's cells as Ray tasks, ``cluster.rollout_workers`` at a time with
-    ``cpus_per_worker`` CPUs each, yielded in job order as they complete."""
-    from pathlib import Path
-
+def tasks_on_workers(
+    task: Callable[..., Any], jobs: list[tuple[Any, ...]], cluster: ClusterConfig, shared: Any
+) -> Iterator[Any]:
+    """``task(*job, shared)`` for every job as Ray tasks, ``cluster.rollout_workers`` at a time
+    with ``cpus_per_worker`` CPUs each, results yielded in job order as they complete;
+    ``shared`` goes to Ray's object store once. (``collective.study`` hands in its cells: this
+    module never imports the study.)"""
     ray = import_ray()
     started = connect(cluster)
     try:
         check_resources(cluster)
-        blob = Path(cfg.checkpoint).read_bytes() if cfg.checkpoint else None
-        task = ray.remote(_study_cell).options(num_cpus=cluster.cpus_per_worker, max_retries=3)
-        ckpt = ray.put(blob)
+        remote = ray.remote(task).options(num_cpus=cluster.cpus_per_worker, max_retries=3)
+        ref = ray.put(shared)
         refs: list[Any] = []
-        for k, (name, n) in enumerate(jobs):
-            refs.append(task.remote(cfg, name, n, ckpt))
-            if k + 1 >= cluster.rollout_workers:  # a window: as many cells in flight as workers
+        for k, job in enumerate(jobs):
+            refs.append(remote.remote(*job, ref))
+            if k + 1 >= cluster.rollout_workers:  # a window: as many tasks in flight as workers
                 yield ray.get(refs[k + 1 - cluster.rollout_workers])
-        for ref in refs[max(0, len(jobs) - cluster.rollout_workers + 1) :]:
-            yield ray.get(ref)
+        for r in refs[max(0, len(jobs) - cluster.rollout_workers + 1) :]:
+            yield ray.get(r)
     finally:
         if started:
             ray.shutdown()

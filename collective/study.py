@@ -166,6 +166,25 @@ def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
     )
 
 
+def remote_cell(cfg: ScaleConfig, name: str, n: int, checkpoint: bytes | None) -> ScaleRow:
+    """(A Ray task.) One cell, its policy built here from the checkpoint's bytes (the node
+    running it need not have the file)."""
+    import os
+    import tempfile
+
+    import torch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        if checkpoint is not None:
+            path = os.path.join(tmp, "policy.pt")
+            with open(path, "wb") as f:
+                f.write(checkpoint)
+            cfg = msgspec.structs.replace(cfg, checkpoint=path)
+        policy = _policies(msgspec.structs.replace(cfg, policies=(name,)))[name]
+        return cell(cfg, name, policy, n)
+
+
 def scale_study(
     cfg: ScaleConfig,
     out: Path | None = None,
@@ -173,8 +192,9 @@ def scale_study(
     cluster: ClusterConfig | None = None,
 ) -> list[ScaleRow]:
     """Every (policy, agent count) cell, in order; with a Ray ``cluster``, the cells run as Ray
-    tasks spread over its workers (``collective.cluster.study_cells``), with the same results
-    (each cell is one conductor over its seeds, wherever it runs; only ``wall_seconds`` differs).
+    tasks spread over its workers (``remote_cell`` by ``collective.cluster.tasks_on_workers``),
+    with the same results (each cell is one conductor over its seeds, wherever it runs; only
+    ``wall_seconds`` differs).
     """
     from tqdm import tqdm
 
@@ -182,9 +202,12 @@ def scale_study(
     rows: list[ScaleRow] = []
     jobs = [(name, n) for n in cfg.agents for name in policies]
     if cluster is not None and cluster.backend == "ray":
-        from collective.cluster import study_cells
+        from collective.cluster import tasks_on_workers
 
-        cells: Iterable[ScaleRow] = study_cells(cfg, jobs, cluster)
+        blob = Path(cfg.checkpoint).read_bytes() if cfg.checkpoint else None
+        cells: Iterable[ScaleRow] = tasks_on_workers(
+            remote_cell, [(cfg, name, n) for name, n in jobs], cluster, blob
+        )
     else:
         cells = (cell(cfg, name, policies[name], n) for name, n in jobs)
     for row in tqdm(cells, total=len(jobs), disable=not progress, desc="scale", unit="cell"):

@@ -28,12 +28,17 @@ import numpy as np
 import torch
 import trio
 
+from collective.backend import make_backend
+from collective.cluster import LearnerDied, RayRollouts, train_on_learner_node
 from collective.conductor import lone_error
 from collective.config import TrainConfig, dump_config, load_config, time_limit_at
+from collective.credit import leave_one_out
 from collective.learner import Learner, Sample, clipped_pg_loss
+from collective.limits import check_agents, memory_cap
 from collective.loggers import check_logger, open_logger
 from collective.organisation import make_organisation
 from collective.records import Episode, Spawned
+from collective.registry import check_runnable
 from collective.rollouts import LocalRollouts, Rollouts, team_config, team_size
 from collective.rundir import (
     TEAM_BUCKETS,
@@ -96,8 +101,6 @@ def group_advantages(returns: np.ndarray, std_normalise: bool) -> np.ndarray:
 def group_credits(groups: list[list[Episode]]) -> list[list[dict[int, float]]]:
     """Every agent's leave-one-out credit (``collective.credit``), group by group; all the
     counterfactual re-runs of the step at once (in its own trio run: call it from a thread)."""
-    from collective.credit import leave_one_out
-
     flat = leave_one_out([e for g in groups for e in g])
     out, i = [], 0
     for g in groups:
@@ -222,9 +225,6 @@ def validate(cfg: TrainConfig) -> None:
     """Everything a run needs that can be checked without running it: every team size's
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
-    from collective.limits import check_agents
-    from collective.registry import check_runnable
-
     check_agents(cfg.concurrency * max(cfg.team_sizes), "concurrency x largest team")
     first_group = {team: g for g, team in reversed(list(enumerate(cfg.team_sizes)))}
     for g in sorted(first_group.values()):
@@ -272,19 +272,14 @@ def train(
     Ray actor holding those GPUs (``collective.cluster.train_on_learner_node``; ``here`` is
     how that actor says it is the place)."""
     if cfg.cluster.backend == "ray" and cfg.cluster.learner_gpus > 0 and not here:
-        from collective.cluster import LearnerDied, train_on_learner_node
-
         try:
             where = str(Path(run_dir).absolute())  # (the actor's working directory is not ours)
-            rows = train_on_learner_node(cfg, where, resume=resume, stop_after=stop_after)
+            rows = train_on_learner_node(train, cfg, where, resume=resume, stop_after=stop_after)
         except (LearnerDied, KeyboardInterrupt) as e:
             why = str(e) if isinstance(e, LearnerDied) else "interrupted"
             raise Interrupted(f"{why}; resume with `collective train --resume {run_dir}`") from None
         return [msgspec.json.decode(r, type=StepMetrics) for r in rows]
     from tqdm import tqdm
-
-    from collective.backend import make_backend
-    from collective.limits import memory_cap
 
     # -- check and build everything; nothing is written yet -----------------------------------
     check_logger(cfg.logger)  # a missing extra fails here, before anything is written
@@ -321,8 +316,6 @@ def train(
         return []
     rollouts: Rollouts
     if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
-        from collective.cluster import RayRollouts
-
         rollouts = RayRollouts(cfg, run, state.step, backend, serving_weights, model)
     else:
         rollouts = LocalRollouts(cfg, run, state.step, backend, model, frozen, serving_weights)
