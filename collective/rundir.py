@@ -86,6 +86,21 @@ class Ledger(msgspec.Struct):
     used: list[str]
     dropped: list[str]
 
+    @classmethod
+    def of_step(cls, step: int, groups: int, size: int, used: Sequence[bool]) -> Ledger:
+        """``step``'s ledger, from whether each of its ``groups`` x ``size`` episodes (in group
+        and member order) was used."""
+        names = [
+            episode_name(g, i)
+            for g in range(step * groups, (step + 1) * groups)
+            for i in range(size)
+        ]
+        return cls(
+            step,
+            [n for n, u in zip(names, used, strict=True) if u],
+            [n for n, u in zip(names, used, strict=True) if not u],
+        )
+
 
 class TrainState(msgspec.Struct):
     """What resuming needs besides the weights: where the run is."""

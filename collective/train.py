@@ -6,8 +6,11 @@
    output token of every agent of rollout i (gamma = lambda = 1), with the optional latency
    penalty; the one staleness rule; a step's groups turned into samples.
 3. ``train``: the loop. Rollouts (``collective/rollouts.py``) stream finished episodes while the
-   learner (``collective/learner.py``: the clipped loss, one optimiser step) trains in a worker
-   thread; each step's records go to the run directory (``collective/rundir.py``) whole.
+   learner (``collective/learner.py``) trains in a worker thread: per output token the clipped
+   loss ``-min(r A, clip(r, 1 - clip, 1 + clip) A) * w``, ``r = exp(logp - logp_behaviour)``,
+   ``w`` the staleness weight (``clipped_pg_loss``; optional entropy and KL terms beside it),
+   then one AdamW step. Each step's records go to the run directory (``collective/rundir.py``:
+   writing them, resuming from them) whole.
 
 Determinism: every episode is pinned to a policy version chosen by its group index (``sync =
 "pinned"``), the learner consumes a fixed set of groups per step in a fixed order, and every
@@ -75,7 +78,7 @@ __all__ = [
     "validate",
 ]
 
-# == 2. Returns, advantages, staleness ==========================================================
+# == 2. Returns, the flat collective advantage, the staleness rule, a step's samples =============
 
 
 def penalised_returns(
@@ -85,9 +88,6 @@ def penalised_returns(
     if beta == 0:
         return scores.astype(np.float64)
     return scores - beta * scores.mean() * durations / t_max
-
-
-# == 3. The flat collective advantage ===========================================================
 
 
 def group_advantages(returns: np.ndarray, std_normalise: bool) -> np.ndarray:
@@ -340,7 +340,6 @@ def train(
         dynamic_ncols=True,
     )
     done: list[StepMetrics] = []
-    B, G = cfg.groups_per_step, cfg.group_size
 
     async def loop() -> None:
         t_start = time.perf_counter() - state.elapsed
@@ -367,14 +366,7 @@ def train(
                     **m,
                     **stats,
                 )
-                names = [
-                    episode_name(g, i) for g in range(step * B, (step + 1) * B) for i in range(G)
-                ]
-                ledger = Ledger(
-                    step,
-                    [n for n, u in zip(names, used, strict=True) if u],
-                    [n for n, u in zip(names, used, strict=True) if not u],
-                )
+                ledger = Ledger.of_step(step, cfg.groups_per_step, cfg.group_size, used)
                 state.step = step + 1
                 state.elapsed = time.perf_counter() - t_start
                 run.commit(
