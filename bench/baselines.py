@@ -32,12 +32,19 @@ import msgspec
 import simpy
 
 from bench.city import SparsePolicy
-from collective.actions import Action, ActionError, ActionSpace, parse_action
-from collective.cast import Cast
+from collective import (
+    Action,
+    ActionError,
+    ActionSpace,
+    Cast,
+    EpisodeConfig,
+    ToolError,
+    Turn,
+    World,
+    parse_action,
+)
 from collective.comms import Archive
-from collective.records import EpisodeConfig, Turn
 from collective.seeding import derive
-from collective.world import ToolError, World
 from policy.base import PolicyRequest, PolicyResponse
 
 

@@ -47,10 +47,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.bootstrap import diff_ci, mean_ci  # noqa: E402
-from collective.conductor import Conductor  # noqa: E402
-from collective.latency import latency_preset  # noqa: E402
-from collective.organisation import Islands, make_organisation, register_organisation  # noqa: E402
-from collective.records import Committed, Delivered, Episode, EpisodeConfig, Posted, Sent  # noqa: E402
+from collective import (  # noqa: E402
+    Conductor,
+    Episode,
+    EpisodeConfig,
+    latency_preset,
+    make_organisation,
+    register_organisation,
+)
+from collective.organisation import Islands  # noqa: E402
+from collective.records import Committed, Delivered, Posted, Sent  # noqa: E402
 from collective.registry import make_world  # noqa: E402
 from collective.study import score_at  # noqa: E402
 from worlds.workshop import Workshop  # noqa: E402

@@ -80,9 +80,7 @@ def team_of_8() -> dict:
     8B model on an H200 (``h200-8b``), the tiny policy: its tokens and its engine cost."""
     import trio
 
-    from collective.conductor import Conductor
-    from collective.latency import latency_preset
-    from collective.records import EpisodeConfig
+    from collective import Conductor, EpisodeConfig, latency_preset
     from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 
     cfg = EpisodeConfig(

@@ -61,8 +61,13 @@ from tqdm import tqdm  # noqa: E402
 
 from bench.baselines import Town, run_rounds, run_simpy  # noqa: E402
 from bench.city import CROWD, SparsePolicy  # noqa: E402
-from collective.conductor import Conductor, _roomy_gc  # noqa: E402
-from collective.records import Asked, Episode, EpisodeConfig, encode_episode  # noqa: E402
+from collective import (  # noqa: E402
+    Conductor,
+    Episode,
+    EpisodeConfig,
+)
+from collective.conductor import roomy_gc  # noqa: E402
+from collective.records import Asked, encode_episode  # noqa: E402
 from collective.replay import verify  # noqa: E402
 from policy.base import PolicyRequest, PolicyResponse  # noqa: E402
 
@@ -348,7 +353,7 @@ def compare(
     for n, activity, name in tqdm(jobs, desc="compare", unit="run", disable=not show):
         cfg = comparison_config(n, activity, turns)
         gc.collect()
-        with _roomy_gc():  # the same collector settings the engine plays under, for all
+        with roomy_gc():  # the same collector settings the engine plays under, for all
             wall0, cpu0 = time.perf_counter(), time.process_time()
             turns_done, order = SYSTEMS[name][1](cfg, SparsePolicy(activity))
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
@@ -472,7 +477,7 @@ def trio_floor(rounds: int = 50_000) -> dict[str, float]:
             nursery.cancel_scope.cancel()
         return seconds
 
-    with _roomy_gc():
+    with roomy_gc():
         seconds = trio.run(main)
     return {"instant_with_two_agents_us": seconds / rounds * 1e6}
 
@@ -489,7 +494,7 @@ def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
     env = simpy.Environment()
     for _ in range(2):
         env.process(proc(env))
-    with _roomy_gc():
+    with roomy_gc():
         t0 = time.perf_counter()
         env.run(until=rounds)
         seconds = time.perf_counter() - t0

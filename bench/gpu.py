@@ -117,7 +117,7 @@ def build_model(shape: str, tokenizer_dir: str, device: str, dtype: str, lora: i
 def samples_for(model: Any, batch: int, tokens: int, outputs: int) -> list[Any]:
     """``batch`` samples of about ``tokens`` tokens: a prompt, then ``outputs`` tokens of one
     ``note "..."`` action (and the stop token) that the grammar accepts."""
-    from collective.actions import ActionSpace, ArgSpec, ToolSpec
+    from collective import ActionSpace, ArgSpec, ToolSpec
     from collective.train import Sample
     from policy.hf_prompt import prompt_ids
 
@@ -280,7 +280,7 @@ def policy_sweep(
     max_tokens: int,
     budget: float,
 ) -> list[dict[str, Any]]:
-    from collective.actions import ActionSpace, ArgSpec, ToolSpec
+    from collective import ActionSpace, ArgSpec, ToolSpec
     from collective.seeding import derive
     from policy.base import PolicyRequest
     from policy.hf_policy import HFPolicy

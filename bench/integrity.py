@@ -28,13 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collective import EpisodeConfig, run_episode  # noqa: E402
-from collective.records import (  # noqa: E402
-    HEADER_SIZE,
+from collective import (  # noqa: E402
+    EpisodeConfig,
     EpisodeFileError,
-    decode_episode,
-    episode_file_bytes,
+    run_episode,
 )
+from collective.records import HEADER_SIZE, decode_episode, episode_file_bytes  # noqa: E402
 from policy.uniform import RandomPolicy  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "integrity"

@@ -47,9 +47,8 @@ import msgspec
 import torch
 import trio
 
-from collective.conductor import Conductor
+from collective import Conductor, EpisodeConfig
 from collective.latency import PRESETS
-from collective.records import EpisodeConfig
 from collective.seeding import derive
 from policy.base import PolicyRequest, PolicyResponse
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy

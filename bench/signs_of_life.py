@@ -43,10 +43,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collective import EpisodeConfig, run_episodes  # noqa: E402
+from collective import (  # noqa: E402
+    Episode,
+    EpisodeConfig,
+    latency_preset,
+    run_episodes,
+)
 from collective.intervals import Interval, bootstrap, bootstrap_fn, judge  # noqa: E402
-from collective.latency import latency_preset  # noqa: E402
-from collective.records import Episode  # noqa: E402
 from collective.train import TrainConfig, bucket, load_config, read_metrics, train  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
 from policy.uniform import RandomPolicy  # noqa: E402

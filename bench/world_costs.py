@@ -37,9 +37,8 @@ from collections.abc import Callable
 
 import trio
 
-from collective import EpisodeConfig, run_episodes
+from collective import EpisodeConfig, ToolError, World, run_episodes
 from collective.latency import PRESETS
-from collective.world import ToolError, World
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 from policy.uniform import RandomPolicy

@@ -125,7 +125,7 @@ class Conductor:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         source = configs if isinstance(configs, EpisodeSource) else _IterSource(configs)
         try:
-            with _roomy_gc():
+            with roomy_gc():
                 return await self._play(source, concurrency, emit, replay, recorder)
         except BaseExceptionGroup as group:
             raise lone_error(group) from None
@@ -273,7 +273,7 @@ def bounded(req: PolicyRequest, resp: PolicyResponse) -> PolicyResponse:
 
 
 @contextmanager
-def _roomy_gc() -> Iterator[None]:
+def roomy_gc() -> Iterator[None]:
     """Run episodes with Python's cyclic garbage collector called less often.
 
     Every agent is some fifteen objects the collector tracks (its trio task, its coroutine

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 import collective  # noqa: F401  (the engine before policy: policy.base imports it)
-from collective.actions import ActionSpace, ArgSpec, ToolSpec
+from collective import ActionSpace, ArgSpec, ToolSpec
 from collective.seeding import derive
 from policy.base import PolicyRequest
 from policy.tiny import TinyConfig, TinyModel

@@ -9,8 +9,7 @@ from hypothesis import settings
 # A test stopped by pytest-timeout inside trio.run must not break the tests after it.
 from trio_timeouts import pytest_runtest_call  # noqa: F401  (a hook: pytest finds it here)
 
-from collective import EpisodeConfig, run_episode
-from collective.records import Episode
+from collective import Episode, EpisodeConfig, run_episode
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 

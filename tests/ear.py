@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from collective.world import Range, World, tool
+from collective import Range, World, tool
 
 
 class Ear(World):

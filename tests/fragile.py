@@ -8,8 +8,7 @@ from typing import Annotated
 
 import trio
 
-from collective import World
-from collective.world import Range, Text, ToolError, tool
+from collective import Range, Text, ToolError, World, tool
 
 
 class Fragile(World):

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from collective import World
+from collective import Range, World, tool
 from collective.records import FORMAT, MAGIC
-from collective.world import Range, tool
 from policy.base import PolicyRequest, PolicyResponse
 
 if os.environ.get("COLLECTIVE_TEST_MARKER"):

@@ -9,11 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from collective import EpisodeConfig, run_episode
+from collective import EpisodeConfig, load_episode, run_episode
 from collective.check import check_world, score_before
 from collective.cli import main
 from collective.latency import PRESETS
-from collective.records import load_episode
 from policy.uniform import RandomPolicy
 
 HERE = Path(__file__).parent

@@ -10,8 +10,8 @@ import trio
 
 from bench.bootstrap import diff_ci, mean_ci
 from bench.city_study import episode_config, key_times, summarise_episode
-from collective.conductor import Conductor
-from collective.records import Committed, Episode, Posted
+from collective import Conductor, Episode
+from collective.records import Committed, Posted
 from policy.uniform import RandomPolicy
 
 _REFUSED = re.compile(r"needs key k(\d+)")

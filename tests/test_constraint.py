@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collective.actions import ActionSpace, ArgSpec, ToolSpec, format_action, parse_action
+from collective import ActionSpace, ArgSpec, ToolSpec, parse_action
+from collective.actions import format_action
 from policy.base import PolicyRequest
 from policy.constraint import action_ebnf, action_regex
 from policy.uniform import sample_action

@@ -103,7 +103,7 @@ def test_leaving_no_one_out_replays_the_episode_exactly() -> None:
     policy = LeaveOut(ep, agent=-1)
     import trio
 
-    from collective.conductor import Conductor
+    from collective import Conductor
 
     (again,) = trio.run(lambda: Conductor(policy).play([ep.config]))
     assert again.score == ep.score and again.events == ep.events and policy.missing == 0

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import collective  # noqa: F401  (import the engine before policy: policy.base imports it)
-from collective.actions import ActionSpace, ArgSpec, ToolSpec, parse_action
+from collective import ActionSpace, ArgSpec, ToolSpec, parse_action
 from collective.seeding import Stream
 from policy import tokenizer
 from policy.base import PolicyRequest

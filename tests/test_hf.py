@@ -16,7 +16,7 @@ import pytest
 import torch
 from hf_tiny import make_model, make_tokenizer
 
-from collective.actions import ActionSpace, ArgSpec, ToolSpec
+from collective import ActionSpace, ArgSpec, ToolSpec
 from collective.train import Learner, Sample, TrainConfig
 from policy.base import PolicyRequest, TrainableModel
 from policy.hf import HFModel, check_model_dir, placement

@@ -14,8 +14,7 @@ from hf_tiny import make_model, make_tokenizer, tiny_lm  # noqa: F401  (tiny_lm:
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collective import EpisodeConfig, run_episodes
-from collective.actions import ActionSpace, ArgSpec, ToolSpec, parse_action
+from collective import ActionSpace, ArgSpec, EpisodeConfig, ToolSpec, parse_action, run_episodes
 from collective.replay import verify
 from policy import hf_grammar
 from policy.base import PolicyError, PolicyRequest

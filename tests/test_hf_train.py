@@ -16,7 +16,7 @@ import pytest
 import torch
 from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 
-from collective.records import load_episode
+from collective import load_episode
 from collective.train import load_config, read_metrics, train
 
 ROOT = Path(__file__).resolve().parent.parent

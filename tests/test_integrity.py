@@ -19,9 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collective import (
+    Episode,
     EpisodeConfig,
     EpisodeFileError,
     load_episode,
+    open_episode,
     registry,
     run_episode,
     save_episode,
@@ -32,11 +34,9 @@ from collective.outputs import OutputError, check_file, write_file
 from collective.records import (
     HEADER_SIZE,
     MAGIC,
-    Episode,
     decode_episode,
     encode_episode,
     episode_file_bytes,
-    open_episode,
 )
 from collective.replay import audit, differences, replay
 from policy.uniform import RandomPolicy

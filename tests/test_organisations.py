@@ -198,8 +198,8 @@ def test_organisation_names_and_options_are_checked() -> None:
 def test_collective_run_with_each_organisation(
     org: str, agents: int, budget: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from collective import load_episode
     from collective.cli import main
-    from collective.records import load_episode
 
     out = tmp_path / "ep.msgpack"
     argv = ["run", "workshop", "--org", org, "--agents", str(agents), "--budget", str(budget)]

@@ -35,12 +35,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from collective import load_episode  # noqa: E402
 from collective.cluster import (  # noqa: E402
     LEARNER_NAME,
     RayRollouts,
 )
 from collective.config import ClusterConfig  # noqa: E402
-from collective.records import load_episode  # noqa: E402
 from collective.rundir import episode_key  # noqa: E402
 from collective.study import ScaleConfig, scale_study  # noqa: E402
 from collective.train import (  # noqa: E402

@@ -15,10 +15,19 @@ import msgspec
 import pytest
 from hostile import as_parts, seal_parts
 
-from collective import EpisodeConfig, load_episode, records, run_episode, save_episode
+from collective import (
+    EpisodeConfig,
+    EpisodeFileError,
+    EpisodeWriter,
+    load_episode,
+    open_episode,
+    records,
+    run_episode,
+    save_episode,
+)
 from collective import episode as episode_module
 from collective.cli import main
-from collective.records import EpisodeFileError, EpisodeWriter, encode_episode, open_episode
+from collective.records import encode_episode
 from collective.replay import audit, differences
 from policy.uniform import RandomPolicy
 

@@ -17,8 +17,14 @@ from conftest import run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective import EpisodeConfig, EpisodeFileError, load_episode, run_episode, save_episode
-from collective.latency import LatencyModel
+from collective import (
+    EpisodeConfig,
+    EpisodeFileError,
+    LatencyModel,
+    load_episode,
+    run_episode,
+    save_episode,
+)
 from collective.records import Committed, Thought, encode_episode
 from collective.replay import first_divergence, fork, prefix, replay, verify
 from policy.base import PolicyRequest, PolicyResponse

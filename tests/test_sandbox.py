@@ -32,7 +32,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective.world import ToolError
+from collective import ToolError
 from worlds._confine import landlock_abi
 from worlds.repo import Repo, escape
 from worlds.repo_checks import judge, same, suite

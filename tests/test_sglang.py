@@ -30,10 +30,9 @@ import trio
 from hf_tiny import make_model, make_tokenizer
 from sglang_fake import FakeSGLang, stand_in_logprob
 
+from collective import ActionSpace, ArgSpec, ToolSpec, load_episode, parse_action
 from collective import log as logsetup
-from collective.actions import ActionSpace, ArgSpec, ToolSpec, parse_action
 from collective.cli import main as cli_main
-from collective.records import load_episode
 from collective.replay import verify
 from collective.seeding import derive
 from policy.base import PolicyError, PolicyRequest

@@ -9,10 +9,10 @@ import pytest
 from conftest import run
 from matplotlib.image import imread
 
-from collective import EpisodeConfig, run_episode
+from collective import EpisodeConfig, draw_timeline, run_episode, save_episode
 from collective.cli import main
-from collective.records import Asked, Began, Fired, save_episode
-from collective.swimlane import COLOURS, MAX_LANES, draw_timeline, lanes
+from collective.records import Asked, Began, Fired
+from collective.swimlane import COLOURS, MAX_LANES, lanes
 from policy.uniform import RandomPolicy
 
 

@@ -20,9 +20,16 @@ from hypothesis import strategies as st
 from test_grammar import spaces
 
 import collective  # noqa: F401  (import the engine before policy: policy.base imports it)
-from collective.actions import ActionSpace, ArgSpec, ToolSpec, parse_action
-from collective.conductor import Conductor, run_episode
-from collective.records import EpisodeConfig, encode_episode
+from collective import (
+    ActionSpace,
+    ArgSpec,
+    Conductor,
+    EpisodeConfig,
+    ToolSpec,
+    parse_action,
+    run_episode,
+)
+from collective.records import encode_episode
 from collective.replay import replay
 from collective.seeding import Stream, derive
 from policy import tokenizer

@@ -25,10 +25,10 @@ from conftest import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collective import EpisodeConfig, run_episode
+from collective import Episode, EpisodeConfig, run_episode, save_episode, write_trace
 from collective.cli import main
-from collective.records import Asked, Began, Episode, Posted, Spawned, Thought, save_episode
-from collective.trace import parse_agents, write_trace
+from collective.records import Asked, Began, Posted, Spawned, Thought
+from collective.trace import parse_agents
 from policy.uniform import RandomPolicy
 
 PHASES = set("BEXiICMstfbenPOND")

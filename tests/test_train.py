@@ -16,8 +16,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective import Conductor, EpisodeConfig, run_episodes
-from collective.records import load_episode
+from collective import Conductor, EpisodeConfig, load_episode, run_episodes
 from collective.train import (
     TrainConfig,
     episode_key,

@@ -9,9 +9,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective import ActionError, ActionSpace, ArgSpec, ToolSpec, World, parse_action
+from collective import (
+    ActionError,
+    ActionSpace,
+    ArgSpec,
+    OneOf,
+    Range,
+    Text,
+    ToolSpec,
+    World,
+    parse_action,
+    tool,
+)
 from collective.actions import format_action
-from collective.world import OneOf, Range, Text, check_built, convert_params, tool
+from collective.world import check_built, convert_params
 from worlds.tally import Tally
 
 

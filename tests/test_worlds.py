@@ -15,11 +15,17 @@ from conftest import by_turn, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collective import EpisodeConfig, World, run_episode, run_episodes
-from collective.records import Committed, Delivered, Episode, Rejected, Sent, encode_episode
-from collective.registry import resolve_world
+from collective import (
+    Episode,
+    EpisodeConfig,
+    ToolError,
+    World,
+    resolve_world,
+    run_episode,
+    run_episodes,
+)
+from collective.records import Committed, Delivered, Rejected, Sent, encode_episode
 from collective.replay import verify
-from collective.world import ToolError
 from policy.base import PolicyRequest
 from policy.uniform import RandomPolicy
 from worlds import BUILTIN
