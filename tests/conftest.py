@@ -62,12 +62,34 @@ def by_turn(*actions: str):
     return script
 
 
+#: Test modules whose tests all run on one worker, as in one process: tests/test_ray.py's tests
+#: share one Ray cluster, one local run and one SGLang fleet (module fixtures).
+ONE_WORKER = ("tests/test_ray.py",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With -n 2, the tests marked ``heavy`` (15 s or more) go to the workers first: started
-    last, one would keep a worker busy long after the other ran out of tests. A test of an
-    ``xdist_group`` keeps its place in its group, which goes to one worker whole."""
+    last, one would keep a worker busy long after the other ran out of tests."""
     if WORKER:
         items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With -n N (pytest-xdist's ``--dist load``): the tests go to the workers one at a time,
+    in order (the heavy first), but the modules of ``ONE_WORKER`` go to one worker whole, and
+    before anything else (the largest unit first). xdist's own ``--dist loadgroup`` would do
+    this with ``xdist_group`` marks, but under pytest 9 (xdist 3.8) it runs the tests of a
+    group on both workers."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return OneWorkerModules(config, log)
 
 
 @pytest.fixture

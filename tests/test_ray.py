@@ -52,9 +52,6 @@ from collective.train import (  # noqa: E402
 )
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint  # noqa: E402
 
-# With -n 2, every test here on one worker: one Ray cluster, one local run and one fleet for all.
-pytestmark = pytest.mark.xdist_group("ray")
-
 ROOT = Path(__file__).resolve().parent.parent
 TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
 # configs/quick.toml, shortened to fit the suite: 3 steps of 2 groups of 3 rollouts, 60 s each.
