@@ -50,8 +50,9 @@ import numpy as np
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# Run as a script, bench/ heads sys.path and its policy.py would hide the policy package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
 
 from collective.conductor import Conductor  # noqa: E402
 from collective.intervals import BOOT, Interval, bootstrap_diff, bootstrap_fn  # noqa: E402
@@ -248,20 +249,23 @@ def cell_key(policy: str, condition: str, n: int) -> str:
     return f"{policy}/{condition}/{n}"
 
 
-def instances(policy: str, condition: str, n: int) -> int:
+def instances(policy: str, condition: str, n: int, most: int | None = None) -> int:
     """Task instances of a cell (0: not run). Many where a cell is cheap, so the 8 -> 64 drop has
     tight intervals; fewer at 512 and 4,096. The untrained policy thinks and talks several times
     as often as the others, which makes its cells the dearest on 2 cores: it gets fewer
     instances, and beyond 64 agents only ``flat`` and ``keys_off``. At 4,096 only ``flat``,
     ``keys_public`` and ``islands`` run (``keys_off`` plays exactly as ``keys_public`` does, and
-    ``dm_only`` as ``flat`` for the trained policy: see the README)."""
+    ``dm_only`` as ``flat`` for the trained policy: see the README). ``most`` caps it (more
+    training seeds in the same time)."""
     if policy == "untrained":
         if n > 512:
             return 0
-        return {8: 8, 64: 6}.get(n, 3) if n <= 64 or condition in ("flat", "keys_off") else 0
-    if n >= 4096 and condition not in ("flat", "keys_public", "islands"):
+        want = {8: 8, 64: 6}.get(n, 3) if n <= 64 or condition in ("flat", "keys_off") else 0
+    elif n >= 4096 and condition not in ("flat", "keys_public", "islands"):
         return 0
-    return INSTANCES.get(n, 2)
+    else:
+        want = INSTANCES.get(n, 2)
+    return want if most is None else min(want, most)
 
 
 def run_all(
@@ -270,6 +274,7 @@ def run_all(
     agents: Sequence[int],
     conditions: Sequence[str],
     names: Sequence[str],
+    most: dict[int, int] | None = None,
 ) -> dict[str, Any]:
     """Run the cells not yet in ``out/city.json``. The checkpoint's training seed names its cells
     (``trained_s1/flat/8``) and the untrained policy's (fresh weights of that seed)."""
@@ -282,7 +287,7 @@ def run_all(
         for condition in conditions:
             for name in names:
                 key = cell_key(policy_label(name, seed), condition, n)
-                want = instances(name, condition, n)
+                want = instances(name, condition, n, (most or {}).get(n))
                 if not want or (key in cells and len(cells[key]["episodes"]) >= want):
                     continue
                 cells[key] = run_cell(pols[name], condition, n, want)
@@ -639,16 +644,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run no episode: re-summarise city.json into summary.json and the plots",
     )
+    ap.add_argument(
+        "--instances",
+        default="",
+        help="at most this many task instances per cell, per size, e.g. 8:48,64:24",
+    )
+    ap.add_argument(
+        "--no-summary", action="store_true", help="only run the cells (e.g. seeds run in parallel)"
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="first add the cells of these city.json files (other runs' --out) to this one's",
+    )
     a = ap.parse_args(argv)
     agents = [int(x) for x in a.agents.split(",")]
     conditions = a.conditions.split(",")
     names = a.policies.split(",")
     bad = [c for c in conditions if c not in CONDITIONS] + [p for p in names if p not in POLICIES]
+    try:
+        most = {int(k): int(v) for k, v in (x.split(":") for x in a.instances.split(",") if x)}
+    except ValueError:
+        print(f"city_study: --instances {a.instances!r}: want AGENTS:N,...", file=sys.stderr)
+        return 2
     if bad:
         print(f"city_study: unknown conditions or policies {bad}", file=sys.stderr)
         return 2
+    path = a.out / "city.json"
+    missing = [str(m) for m in a.merge if not m.exists()]
+    if missing:
+        print(f"city_study: --merge: no file {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if a.merge:
+        cells = json.loads(path.read_text())["cells"] if path.exists() else {}
+        for m in a.merge:
+            cells.update(json.loads(m.read_text())["cells"])  # cells are named by policy and seed
+        a.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"cells": cells}, indent=1))
     if a.summarise_only:
-        path = a.out / "city.json"
         if not path.exists():
             print(
                 f"city_study: --summarise-only needs {path}, which does not exist", file=sys.stderr
@@ -659,7 +694,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not Path(a.checkpoint).exists():
             print(f"city_study: no checkpoint {a.checkpoint}", file=sys.stderr)
             return 2
-        cells = run_all(a.checkpoint, a.out, agents, conditions, names)
+        cells = run_all(a.checkpoint, a.out, agents, conditions, names, most)
+    if a.no_summary:
+        return 0
     summary = summarise(cells)
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, a.out, list(CONDITIONS))  # every condition in city.json, not only this run's
