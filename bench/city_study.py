@@ -22,10 +22,17 @@ so it measures how long each key takes to become public and how long an agent re
 lacking a key waits until it knows it.
 
     PYTHONPATH=$PWD python bench/city_study.py --checkpoint runs/village_ceo/checkpoints/latest.pt
+    PYTHONPATH=$PWD python bench/city_study.py \
+        --checkpoint runs/village_ceo_s1/checkpoints/latest.pt --agents 8,64 \
+        --conditions flat,keys_public,islands --policies trained,untrained
+    PYTHONPATH=$PWD python bench/city_study.py --summarise-only
 
 writes ``bench/results/city/causal/{city,summary}.json`` and ``{scores,keys}.png``; cells already in
-``city.json`` are kept (a stopped run resumes). Every figure is a mean over task instances with
-a 95% bootstrap interval (``bench/bootstrap.py``).
+``city.json`` are kept (a stopped run resumes). A checkpoint's cells are named by its training
+seed (``trained_s1/flat/8``), so several seeds share one ``city.json``. Every figure is a mean
+with a 95% bootstrap interval from ``collective.intervals``: over training seeds, then each
+seed's task instances, where more than one seed ran the cell (``seeds`` in the summary says how
+many), over instances alone where one did; ``summary.json``'s ``per_seed`` holds each seed's own.
 """
 
 from __future__ import annotations
@@ -43,10 +50,10 @@ import numpy as np
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# Run as a script, bench/ heads sys.path and its policy.py would hide the policy package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
 
-from bench.bootstrap import diff_ci, mean_ci  # noqa: E402
 from collective import (  # noqa: E402
     Conductor,
     Episode,
@@ -55,6 +62,7 @@ from collective import (  # noqa: E402
     make_organisation,
     register_organisation,
 )
+from collective.intervals import BOOT, Interval, bootstrap, bootstrap_diff, bootstrap_fn  # noqa: E402
 from collective.organisation import Islands  # noqa: E402
 from collective.records import Committed, Delivered, Posted, Sent  # noqa: E402
 from collective.registry import make_world  # noqa: E402
@@ -227,7 +235,7 @@ def policies(checkpoint: str) -> dict[str, Any]:
     from policy.tiny import TinyModel, TinyPolicy
     from policy.uniform import RandomPolicy
 
-    trained = TinyModel.load(checkpoint)
+    trained = TinyModel.load(checkpoint)  # its config's seed is the run's training seed
     return {
         "trained": TinyPolicy(trained, name=f"tiny:{checkpoint}"),
         "untrained": TinyPolicy(TinyModel.fresh(trained.config), name="tiny (untrained)"),
@@ -247,20 +255,23 @@ def cell_key(policy: str, condition: str, n: int) -> str:
     return f"{policy}/{condition}/{n}"
 
 
-def instances(policy: str, condition: str, n: int) -> int:
+def instances(policy: str, condition: str, n: int, most: int | None = None) -> int:
     """Task instances of a cell (0: not run). Many where a cell is cheap, so the 8 -> 64 drop has
     tight intervals; fewer at 512 and 4,096. The untrained policy thinks and talks several times
     as often as the others, which makes its cells the dearest on 2 cores: it gets fewer
     instances, and beyond 64 agents only ``flat`` and ``keys_off``. At 4,096 only ``flat``,
     ``keys_public`` and ``islands`` run (``keys_off`` plays exactly as ``keys_public`` does, and
-    ``dm_only`` as ``flat`` for the trained policy: see the README)."""
+    ``dm_only`` as ``flat`` for the trained policy: see the README). ``most`` caps it (more
+    training seeds in the same time)."""
     if policy == "untrained":
         if n > 512:
             return 0
-        return {8: 8, 64: 6}.get(n, 3) if n <= 64 or condition in ("flat", "keys_off") else 0
-    if n >= 4096 and condition not in ("flat", "keys_public", "islands"):
+        want = {8: 8, 64: 6}.get(n, 3) if n <= 64 or condition in ("flat", "keys_off") else 0
+    elif n >= 4096 and condition not in ("flat", "keys_public", "islands"):
         return 0
-    return INSTANCES.get(n, 2)
+    else:
+        want = INSTANCES.get(n, 2)
+    return want if most is None else min(want, most)
 
 
 def run_all(
@@ -269,16 +280,20 @@ def run_all(
     agents: Sequence[int],
     conditions: Sequence[str],
     names: Sequence[str],
+    most: dict[int, int] | None = None,
 ) -> dict[str, Any]:
+    """Run the cells not yet in ``out/city.json``. The checkpoint's training seed names its cells
+    (``trained_s1/flat/8``) and the untrained policy's (fresh weights of that seed)."""
     path = out / "city.json"
     cells: dict[str, Any] = json.loads(path.read_text())["cells"] if path.exists() else {}
     pols = policies(checkpoint)
+    seed = pols["trained"].model.config.seed
     out.mkdir(parents=True, exist_ok=True)
     for n in agents:
         for condition in conditions:
             for name in names:
-                key = cell_key(name, condition, n)
-                want = instances(name, condition, n)
+                key = cell_key(policy_label(name, seed), condition, n)
+                want = instances(name, condition, n, (most or {}).get(n))
                 if not want or (key in cells and len(cells[key]["episodes"]) >= want):
                     continue
                 cells[key] = run_cell(pols[name], condition, n, want)
@@ -294,84 +309,189 @@ def run_all(
 
 
 # -- the summary -----------------------------------------------------------------------------
+#
+# A cell of city.json is one policy at one condition and size; a trained (or untrained) policy's
+# cells carry its training seed in their name (``trained_s1/flat/8``); the random policy has no
+# seed. Figures pooled over seeds bootstrap over training seeds, then over each seed's task
+# instances (``collective.intervals``); where a cell ran at one seed only, the interval covers
+# its instances only, and ``seeds`` says so.
+
+FIELDS = (
+    "published",
+    "publication_time",
+    "refused_per_agent",
+    "served",
+    "wait",
+    "publishing_posts",
+    "teaching_messages",
+    "posts",
+    "messages",
+)
 
 
-def _ci(values: Sequence[float | None]) -> dict[str, float] | None:
-    v = [x for x in values if x is not None]
-    if not v:
+def split_name(name: str) -> tuple[str, int | None]:
+    """``trained_s1`` -> (``trained``, 1); ``random`` -> (``random``, None)."""
+    base, sep, seed = name.rpartition("_s")
+    return (base, int(seed)) if sep and seed.isdigit() else (name, None)
+
+
+def policy_label(base: str, seed: int) -> str:
+    return "random" if base == "random" else f"{base}_s{seed}"
+
+
+def _iv(table: Any, boot: int = BOOT) -> dict[str, Any] | None:
+    """A (seeds x instances) table's mean and 95% interval (None marks an undefined value,
+    e.g. no agent was refused: left out of the mean), rounded for the JSON."""
+    t = np.array([[np.nan if v is None else v for v in row] for row in table], dtype=float)
+    if t.size == 0 or np.isnan(t).all():
         return None
-    m, lo, hi = mean_ci(v)
-    return {"mean": round(m, 4), "lo": round(lo, 4), "hi": round(hi, 4), "n": len(v)}
+    if not np.isnan(t).any():
+        return _rounded(bootstrap(t, boot=boot))  # the same interval as below, faster
+
+    def stat(r: np.ndarray, c: np.ndarray) -> float | None:
+        x = t[r[:, None], c]
+        return None if np.isnan(x).all() else float(np.nanmean(x))
+
+    return _rounded(bootstrap_fn(stat, t.shape[0], t.shape[1], boot=boot))
+
+
+def _rounded(iv: Interval) -> dict[str, Any]:
+    r = {
+        k: None if v is None else round(v, 4)
+        for k, v in (("mean", iv.mean), ("lo", iv.lo), ("hi", iv.hi))
+    }
+    return {**r, "seeds": iv.seeds, "instances": iv.instances}
 
 
 def at(scores: list[float], t: float) -> float:
     return scores[GRID.index(t)]
 
 
-def summarise(cells: dict[str, Any]) -> dict[str, Any]:
-    table: dict[str, Any] = {}
+def by_seed(cells: dict[str, Any]) -> dict[tuple[str, str, int], dict[int | None, list[Any]]]:
+    """(policy, condition, agents) -> {training seed: that cell's episodes}."""
+    out: dict[tuple[str, str, int], dict[int | None, list[Any]]] = {}
+    for key, c in cells.items():
+        name, cond, n = key.split("/")
+        base, seed = split_name(name)
+        out.setdefault((base, cond, int(n)), {})[seed] = c["episodes"]
+    return out
+
+
+def seed_table(
+    runs: dict[int | None, list[Any]], value: Any, seeds: Sequence[Any]
+) -> list[list[Any]]:
+    """One row per seed, over the task instances every seed ran (instance i is the same world
+    and sampling seeds in every row)."""
+    m = min(len(runs[s]) for s in seeds)
+    return [[value(e) for e in runs[s][:m]] for s in seeds]
+
+
+def summarise(cells: dict[str, Any], boot: int = BOOT) -> dict[str, Any]:
+    """Every cell per seed, pooled over seeds, the 8 -> 64 drops and what each condition
+    removes of flat's; ``boot`` resamples per interval."""
+
+    def iv(table: Any) -> dict[str, Any] | None:
+        return _iv(table, boot)
+
+    def diff(a: Any, b: Any) -> dict[str, Any]:
+        return _rounded(bootstrap_diff(a, b, boot=boot))
+
+    per_seed: dict[str, Any] = {}
     for key, c in sorted(cells.items()):
         eps = c["episodes"]
-        table[key] = {
-            "score_at": {f"{t:g}": _ci([at(e["score"], t) for e in eps]) for t in TIMES},
+        per_seed[key] = {
+            "score_at": {f"{t:g}": iv([[at(e["score"], t) for e in eps]]) for t in TIMES},
             "curve": [
                 round(float(np.mean([e["score"][i] for e in eps])), 4) for i in range(len(GRID))
             ],
-            **{
-                f: _ci([e[f] for e in eps])
-                for f in (
-                    "published",
-                    "publication_time",
-                    "refused_per_agent",
-                    "served",
-                    "wait",
-                    "publishing_posts",
-                    "teaching_messages",
-                    "posts",
-                    "messages",
-                )
-            },
+            **{f: iv([[e[f] for e in eps]]) for f in FIELDS},
             "instances": len(eps),
             "wall_seconds": round(c["wall_seconds"], 1),
         }
+    groups = by_seed(cells)
+    pooled: dict[str, Any] = {}
+    for (base, cond, n), runs in sorted(groups.items()):
+        seeds = sorted(runs, key=lambda s: -1 if s is None else s)
+        pooled[cell_key(base, cond, n)] = {
+            "score_at": {
+                f"{t:g}": iv(seed_table(runs, lambda e, t=t: at(e["score"], t), seeds))
+                for t in TIMES
+            },
+            "curve": [
+                round(float(np.mean(seed_table(runs, lambda e, i=i: e["score"][i], seeds))), 4)
+                for i in range(len(GRID))
+            ],
+            **{f: iv(seed_table(runs, lambda e, f=f: e[f], seeds)) for f in FIELDS},
+            "seeds": [s for s in seeds if s is not None],
+        }
+
+    def common(base: str, conds: Sequence[tuple[str, int]]) -> list[int | None]:
+        """The seeds that ran every (condition, size) in ``conds``."""
+        have = [set(groups.get((base, c, n), {})) for c, n in conds]
+        return sorted(set.intersection(*have), key=lambda s: -1 if s is None else s)
+
+    def scores(base: str, cond: str, n: int, seeds: Sequence[Any], t: float) -> list[list[float]]:
+        return seed_table(groups[(base, cond, n)], lambda e: at(e["score"], t), seeds)
+
+    def gains(base: str, cond: str, n: int, seeds: Sequence[Any]) -> list[list[float]]:
+        """Paired by task instance: the condition's score at the horizon minus flat's."""
+        a, b = groups[(base, cond, n)], groups[(base, "flat", n)]
+        m = min(min(len(a[s]), len(b[s])) for s in seeds)
+        return [
+            [
+                at(x["score"], HORIZON) - at(y["score"], HORIZON)
+                for x, y in zip(a[s][:m], b[s][:m], strict=True)
+            ]
+            for s in seeds
+        ]
+
     drops: dict[str, Any] = {}
-    for key, c in cells.items():
-        name, condition, n = key.split("/")
-        if n != "64" or cell_key(name, condition, 8) not in cells:
-            continue
-        for t in TIMES:
-            small = [at(e["score"], t) for e in cells[cell_key(name, condition, 8)]["episodes"]]
-            big = [at(e["score"], t) for e in c["episodes"]]
-            m, lo, hi = diff_ci(small, big)
-            drops.setdefault(f"{name}/{condition}", {})[f"{t:g}"] = {
-                "mean": round(m, 4),
-                "lo": round(lo, 4),
-                "hi": round(hi, 4),
-            }
-    # Paired by task instance (the same world and sampling seeds): what a condition adds to flat
-    # at each size, and how much of flat's 8 -> 64 drop it removes (its gain at 64 minus at 8).
-    gains: dict[str, Any] = {}
+    gain: dict[str, Any] = {}
     removed: dict[str, Any] = {}
-    t = HORIZON
-    for key in cells:
-        name, cond, n = key.split("/")
-        base = cells.get(cell_key(name, "flat", int(n)))
-        if cond == "flat" or base is None:
+    per_seed_drops: dict[str, Any] = {}
+    per_seed_removed: dict[str, Any] = {}
+    for base, cond in sorted({(b, c) for b, c, _ in groups}):
+        seeds = common(base, [(cond, 8), (cond, 64)])
+        if seeds:
+            drops[f"{base}/{cond}"] = {
+                f"{t:g}": diff(scores(base, cond, 8, seeds, t), scores(base, cond, 64, seeds, t))
+                for t in TIMES
+            }
+            for s in seeds:
+                if s is not None:
+                    per_seed_drops[f"{policy_label(base, s)}/{cond}"] = {
+                        f"{t:g}": diff(
+                            scores(base, cond, 8, [s], t), scores(base, cond, 64, [s], t)
+                        )
+                        for t in TIMES
+                    }
+        if cond == "flat":
             continue
-        pairs = zip(cells[key]["episodes"], base["episodes"], strict=False)
-        gains[key] = [at(x["score"], t) - at(y["score"], t) for x, y in pairs]
-    for key, g in gains.items():
-        name, cond, n = key.split("/")
-        small = gains.get(cell_key(name, cond, 8))
-        if n != "64" or small is None:
-            continue
-        m, lo, hi = diff_ci(g, small)
-        removed[f"{name}/{cond}"] = {"mean": round(m, 4), "lo": round(lo, 4), "hi": round(hi, 4)}
+        for n in AGENTS:
+            seeds_n = common(base, [(cond, n), ("flat", n)])
+            if seeds_n:
+                gain[cell_key(base, cond, n)] = iv(gains(base, cond, n, seeds_n))
+        # How much of flat's 8 -> 64 drop the condition removes: its paired gain at 64 minus at 8.
+        seeds = common(base, [(cond, 8), (cond, 64), ("flat", 8), ("flat", 64)])
+        if seeds:
+            removed[f"{base}/{cond}"] = diff(
+                gains(base, cond, 64, seeds), gains(base, cond, 8, seeds)
+            )
+            for s in seeds:
+                if s is not None:
+                    per_seed_removed[f"{policy_label(base, s)}/{cond}"] = diff(
+                        gains(base, cond, 64, [s]), gains(base, cond, 8, [s])
+                    )
     return {
-        "cells": table,
+        "cells": pooled,
         "drop_8_to_64": drops,
-        f"gain_over_flat_at_{t:g}": {k: _ci(v) for k, v in sorted(gains.items())},
+        f"gain_over_flat_at_{HORIZON:g}": gain,
         "drop_removed_8_to_64": removed,
+        "per_seed": {
+            "cells": per_seed,
+            "drop_8_to_64": per_seed_drops,
+            "drop_removed_8_to_64": per_seed_removed,
+        },
     }
 
 
@@ -390,7 +510,7 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
             if c is None:
                 continue
             v = c[field][sub] if sub else c[field]
-            if v is not None:
+            if v is not None and v["lo"] is not None and v["hi"] is not None:
                 pts.append((n, v))
         return pts
 
@@ -412,9 +532,15 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
     for ax, cond in zip(np.atleast_1d(axes), conditions, strict=True):
         for name in POLICIES:
             errorbars(ax, series(name, cond, "score_at", f"{HORIZON:g}"), name)
+        for key, c in summary["per_seed"]["cells"].items():  # each training seed on its own
+            name, c_cond, n = key.split("/")
+            if split_name(name)[0] == "trained" and c_cond == cond:
+                ax.plot(int(n), c["score_at"][f"{HORIZON:g}"]["mean"], "k.", ms=4, alpha=0.5)
         ax.set_xscale("log", base=2)
         ax.set(title=cond, xlabel="agents", ylim=(0, 1))
-    np.atleast_1d(axes)[0].set_ylabel(f"score at {HORIZON:g} s (mean, 95% CI)")
+    np.atleast_1d(axes)[0].set_ylabel(
+        f"score at {HORIZON:g} s (mean, 95% CI; dots: each training seed)"
+    )
     np.atleast_1d(axes)[0].legend()
     fig.suptitle("Village to city: the village policy at 8-4,096 agents, per condition")
     fig.tight_layout()
@@ -455,6 +581,65 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
     plt.close(fig)
 
 
+def _txt(v: dict[str, Any] | None) -> str:
+    if v is None or v["lo"] is None:
+        return "—" if v is None else f"{v['mean']:.3f}"
+    return f"{v['mean']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}]"
+
+
+def _n(v: dict[str, Any]) -> str:
+    return f"{v['seeds']}×{v['instances']}"
+
+
+def table(summary: dict[str, Any]) -> str:
+    """The README's tables, from the summary: score at the horizon per condition, policy and
+    size (seeds × instances in brackets), the 8 -> 64 drop, and each seed's own figures."""
+    h = f"{HORIZON:g}"
+    lines = [
+        "| condition | policy | " + " | ".join(f"{n:,}" for n in AGENTS) + " | drop 8 → 64 |",
+        "|---|---|" + "---:|" * (len(AGENTS) + 1),
+    ]
+    for cond in CONDITIONS:
+        for name in POLICIES:
+            row = []
+            for n in AGENTS:
+                c = summary["cells"].get(cell_key(name, cond, n))
+                v = c["score_at"][h] if c else None
+                row.append("—" if v is None else f"{_txt(v)} ({_n(v)})")
+            d = summary["drop_8_to_64"].get(f"{name}/{cond}")
+            drop = f"{_txt(d[h])} ({_n(d[h])})" if d else "—"
+            if any(x != "—" for x in row):
+                lines.append(f"| {cond} | {name} | " + " | ".join(row) + f" | {drop} |")
+    lines += [
+        "",
+        "| of flat's 8 → 64 drop, removed (paired by instance) | value |",
+        "|---|---:|",
+    ]
+    for k, v in summary["drop_removed_8_to_64"].items():
+        lines.append(f"| {k} | {_txt(v)} ({_n(v)}) |")
+    lines += [
+        "",
+        "| each training seed | flat 8 | flat 64 | drop | keys_public removes | islands removes |",
+    ]
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    ps = summary["per_seed"]
+    for name in sorted({k.split("/")[0] for k in ps["drop_8_to_64"]}):
+        if split_name(name)[0] != "trained":
+            continue
+        score = [ps["cells"].get(cell_key(name, "flat", n)) for n in (8, 64)]
+        lines.append(
+            f"| {name} | "
+            + " | ".join(_txt(c["score_at"][h]) if c else "—" for c in score)
+            + f" | {_txt(ps['drop_8_to_64'].get(f'{name}/flat', {}).get(h))}"
+            + "".join(
+                f" | {_txt(ps['drop_removed_8_to_64'].get(f'{name}/{cond}'))}"
+                for cond in ("keys_public", "islands")
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", default=str(ROOT / "runs/village_ceo/checkpoints/latest.pt"))
@@ -462,23 +647,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--agents", default=",".join(map(str, AGENTS)))
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument(
+        "--summarise-only",
+        action="store_true",
+        help="run no episode: re-summarise city.json into summary.json and the plots",
+    )
+    ap.add_argument(
+        "--instances",
+        default="",
+        help="at most this many task instances per cell, per size, e.g. 8:48,64:24",
+    )
+    ap.add_argument(
+        "--no-summary", action="store_true", help="only run the cells (e.g. seeds run in parallel)"
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="first add the cells of these city.json files (other runs' --out) to this one's",
+    )
     a = ap.parse_args(argv)
     agents = [int(x) for x in a.agents.split(",")]
     conditions = a.conditions.split(",")
-    bad = [c for c in conditions if c not in CONDITIONS]
-    if bad or not Path(a.checkpoint).exists():
-        print(
-            f"city_study: unknown conditions {bad} or no checkpoint {a.checkpoint}", file=sys.stderr
-        )
+    names = a.policies.split(",")
+    bad = [c for c in conditions if c not in CONDITIONS] + [p for p in names if p not in POLICIES]
+    try:
+        most = {int(k): int(v) for k, v in (x.split(":") for x in a.instances.split(",") if x)}
+    except ValueError:
+        print(f"city_study: --instances {a.instances!r}: want AGENTS:N,...", file=sys.stderr)
         return 2
-    cells = run_all(a.checkpoint, a.out, agents, conditions, a.policies.split(","))
+    if bad:
+        print(f"city_study: unknown conditions or policies {bad}", file=sys.stderr)
+        return 2
+    path = a.out / "city.json"
+    missing = [str(m) for m in a.merge if not m.exists()]
+    if missing:
+        print(f"city_study: --merge: no file {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if a.merge:
+        cells = json.loads(path.read_text())["cells"] if path.exists() else {}
+        for m in a.merge:
+            cells.update(json.loads(m.read_text())["cells"])  # cells are named by policy and seed
+        a.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"cells": cells}, indent=1))
+    if a.summarise_only:
+        if not path.exists():
+            print(
+                f"city_study: --summarise-only needs {path}, which does not exist", file=sys.stderr
+            )
+            return 2
+        cells = json.loads(path.read_text())["cells"]
+    else:
+        if not Path(a.checkpoint).exists():
+            print(f"city_study: no checkpoint {a.checkpoint}", file=sys.stderr)
+            return 2
+        cells = run_all(a.checkpoint, a.out, agents, conditions, names, most)
+    if a.no_summary:
+        return 0
     summary = summarise(cells)
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, a.out, list(CONDITIONS))  # every condition in city.json, not only this run's
-    for k, v in summary["drop_8_to_64"].items():
-        print(f"drop 8 -> 64 {k:24s} @60 {v['60']}  @120 {v['120']}")
-    for k, v in summary["drop_removed_8_to_64"].items():
-        print(f"of flat's drop, removed by {k:24s} {v}")
+    print(table(summary))
     return 0
 
 

@@ -81,6 +81,18 @@ def bootstrap_fn(
             undefined += 1
         else:
             values.append(v)
+    return _percentile(point, values, undefined, boot, level, seeds, instances)
+
+
+def _percentile(
+    point: float,
+    values: list[float],
+    undefined: int,
+    boot: int,
+    level: float,
+    seeds: int,
+    instances: int,
+) -> Interval:
     tail = (1 - level) / 2
     if not values or undefined > tail * boot:
         return Interval(mean=point, lo=None, hi=None, seeds=seeds, instances=instances)
@@ -114,6 +126,41 @@ def bootstrap(
         level=level,
         rng_seed=rng_seed,
     )
+
+
+def bootstrap_diff(
+    a: Sequence[Sequence[float]] | np.ndarray,
+    b: Sequence[Sequence[float]] | np.ndarray,
+    *,
+    boot: int = BOOT,
+    level: float = LEVEL,
+    rng_seed: int = 0,
+) -> Interval:
+    """mean(a) - mean(b) and its interval, for two (seeds x instances) tables whose row i comes
+    from the same training seed (the same policy deployed two ways) but whose instances are
+    their own, so their counts may differ: each resample draws the seeds once for both tables,
+    then each table's instances on its own. (Paired by instance too? Pass the per-instance
+    differences to ``bootstrap``.) ``instances`` of the result is the smaller table's count."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if (
+        x.ndim != 2
+        or y.ndim != 2
+        or x.size == 0
+        or y.size == 0
+        or x.shape[0] != y.shape[0]
+        or not (np.isfinite(x).all() and np.isfinite(y).all())
+    ):
+        return MISSING
+    seeds, nx, ny = x.shape[0], x.shape[1], y.shape[1]
+    point = float(x.mean() - y.mean())
+    rng = np.random.default_rng(rng_seed)
+    rows = np.arange(seeds)
+    values = []
+    for _ in range(boot):
+        r = (rng.integers(0, seeds, seeds) if seeds > 1 else rows)[:, None]
+        cx, cy = rng.integers(0, nx, (seeds, nx)), rng.integers(0, ny, (seeds, ny))
+        values.append(float(x[r, cx].mean() - y[r, cy].mean()))
+    return _percentile(point, values, 0, boot, level, seeds, min(nx, ny))
 
 
 Baseline = Interval | float | None

@@ -4,12 +4,21 @@ the times it reads from a record agree with what the world let agents do."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import trio
 
-from bench.bootstrap import diff_ci, mean_ci
-from bench.city_study import episode_config, key_times, summarise_episode
+from bench.city_study import (
+    FIELDS,
+    GRID,
+    episode_config,
+    key_times,
+    policy_label,
+    split_name,
+    summarise,
+    summarise_episode,
+)
 from collective import Conductor, Episode
 from collective.records import Committed, Posted
 from policy.uniform import RandomPolicy
@@ -69,9 +78,51 @@ def test_islands_keep_their_keys_apart() -> None:
     assert ep.config.org == "islands_mean:2"
 
 
-def test_bootstrap_interval_holds_the_mean() -> None:
-    m, lo, hi = mean_ci([0.1, 0.5, 0.3, 0.9])
-    assert lo <= m <= hi and hi - lo > 0
-    assert mean_ci([0.4, 0.4]) == pytest.approx((0.4, 0.4, 0.4))
-    d, lo, hi = diff_ci([1.0, 1.1, 0.9], [0.0, 0.1, -0.1])
-    assert lo > 0.5 and d == pytest.approx(1.0)
+def _cell(finals: list[float]) -> dict[str, Any]:
+    """A city.json cell whose episodes end at these scores (a straight rise from 0)."""
+    eps = [
+        {"score": [f * t / GRID[-1] for t in GRID], **dict.fromkeys(FIELDS, 0.0)} for f in finals
+    ]
+    return {"episodes": eps, "wall_seconds": 0.0}
+
+
+def test_cells_are_named_by_training_seed_and_pooled_over_seeds() -> None:
+    assert [split_name(policy_label(b, 2)) for b in ("trained", "untrained", "random")] == [
+        ("trained", 2),
+        ("untrained", 2),
+        ("random", None),
+    ]
+    cells = {
+        "trained_s0/flat/8": _cell([0.6, 0.6, 0.6]),
+        "trained_s0/flat/64": _cell([0.5, 0.5]),
+        "trained_s1/flat/8": _cell([0.8, 0.8, 0.8, 0.8]),  # an extra instance: not pooled
+        "trained_s1/flat/64": _cell([0.6, 0.6]),
+        "trained_s2/flat/8": _cell([0.9, 0.9, 0.9]),  # no 64: not in the drop
+        "trained_s0/keys_public/8": _cell([0.9, 0.9, 0.9]),
+        "trained_s0/keys_public/64": _cell([0.9, 0.9]),
+        "trained_s1/keys_public/8": _cell([0.9, 0.9, 0.9]),
+        "trained_s1/keys_public/64": _cell([0.9, 0.9]),
+        "random/flat/8": _cell([0.3, 0.4]),
+        "random/flat/64": _cell([0.3, 0.3]),
+    }
+    s = summarise(cells, boot=200)
+    flat8 = s["cells"]["trained/flat/8"]
+    assert flat8["seeds"] == [0, 1, 2]
+    assert flat8["score_at"]["120"]["mean"] == pytest.approx((0.6 + 0.8 + 0.9) / 3, abs=1e-4)
+    assert (flat8["score_at"]["120"]["seeds"], flat8["score_at"]["120"]["instances"]) == (3, 3)
+    assert s["cells"]["random/flat/8"]["seeds"] == []  # the random policy has no training seed
+    drop = s["drop_8_to_64"]["trained/flat"]["120"]
+    assert drop["seeds"] == 2 and drop["mean"] == pytest.approx(
+        0.15, abs=1e-4
+    )  # seeds 0 and 1 only
+    assert drop["lo"] <= 0.1 and drop["hi"] >= 0.2  # the seeds' own drops: 0.1 and 0.2
+    per_seed = s["per_seed"]["drop_8_to_64"]
+    assert per_seed["trained_s0/flat"]["120"]["mean"] == pytest.approx(0.1, abs=1e-4)
+    assert per_seed["trained_s1/flat"]["120"]["mean"] == pytest.approx(0.2, abs=1e-4)
+    assert "trained_s2/flat" not in per_seed
+    # keys_public scores the same at both sizes, so it removes all of flat's drop, per seed too
+    assert s["drop_removed_8_to_64"]["trained/keys_public"]["mean"] == pytest.approx(0.15, abs=1e-4)
+    assert s["per_seed"]["drop_removed_8_to_64"]["trained_s1/keys_public"]["mean"] == (
+        pytest.approx(0.2, abs=1e-4)
+    )
+    assert s["drop_8_to_64"]["random/flat"]["120"]["mean"] == pytest.approx(0.05, abs=1e-4)
