@@ -948,6 +948,44 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
     lines += ["", "Held-out mean score by run (T = 180 s):", ""]
     for name, per in s["heldout"].items():
         lines.append(f"- `{name}`: " + ", ".join(f"{k} {_fmt(d['score'])}" for k, d in per.items()))
+    loose = s.get("no_pressure_limit")
+    if loose:
+        tr = loose["training"]
+        lines += [
+            "",
+            f"No-pressure limit ({loose['limit']:g} s): what ended its episodes. Training: the "
+            f"limit ended {_pct(tr['share_at_limit'])} of {tr['episodes']} "
+            f"({_pct(tr['share_at_limit_last_20pct'])} in the last 20% of steps); all ends: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(tr["ends"].items()))
+            + ".",
+            "",
+            "| held-out | policy | ended by the limit | task done | ended by the limit, by team |",
+            "|---|---|---|---|---|",
+        ]
+        for key in (k for k in loose if k.startswith("heldout_at_")):
+            for kind, d in loose[key].items():
+                teams = ", ".join(f"{t}: {_pct(v)}" for t, v in d["at_limit_by_team"].items())
+                lines.append(
+                    f"| at {key.removeprefix('heldout_at_')} | {kind} | "
+                    f"{_pct(d['share_at_limit'])} | {_pct(d['share_task_done'])} | {teams} |"
+                )
+        lines += [
+            "",
+            f"Held-out at {loose['limit']:g} s: "
+            + ", ".join(f"{k} {_fmt(v)}" for k, v in loose["score_at_own_limit"].items())
+            + " (at 180 s the table above has the `no_pressure` row beside the main run's "
+            "baselines).",
+        ]
+    frozen = s.get("orchestrator_frozen")
+    if frozen:
+        lines += [
+            "",
+            "Orchestrator's sub-agents frozen (checked on its training episodes): "
+            f"{frozen['sub_agents_frozen']}; turns "
+            + ", ".join(f"{k} {v}" for k, v in frozen["turns"].items())
+            + "; steps whose trained tokens are exactly the orchestrator's: "
+            f"{frozen['steps_whose_trained_tokens_are_the_orchestrators']}.",
+        ]
     lines += ["", "Figures: " + ", ".join(f"[{f}]({f})" for f in s["figures"]), ""]
     lines += ["Settings (every run's full config is in `runs/<name>-s<seed>/config.toml`):", ""]
     for name, cfg in s["settings"].items():
