@@ -379,6 +379,7 @@ def test_nothing_in_the_table_was_replaced_or_left_behind(env: dict[str, str]) -
 # -- what needs a real process ----------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stopped(
     tmp_path: Path,
 ) -> None:

@@ -38,6 +38,7 @@ def case(tokenizer: Path, **kw) -> dict:
     return row
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_a_learner_step_on_16_by_1024_tokens_stays_far_below_the_naive_logits(tiny_lm):  # noqa: F811
     naive = case(tiny_lm, mode="naive", batch=1)

@@ -29,6 +29,7 @@ def _set(key: str, value: object) -> str:
     return f"{key}={json.dumps(value)}"
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_the_llm_recipe_learns_and_its_checkpoint_runs_and_replays(tmp_path: Path) -> None:
     """llm-cpu.toml cut to 16 steps (under two minutes on 2 cores), from a clean start: the
@@ -76,6 +77,7 @@ def test_the_llm_recipe_learns_and_its_checkpoint_runs_and_replays(tmp_path: Pat
     assert r.returncode == 0 and json.loads(r.stdout)["replay"] == "identical", r.stdout
 
 
+@pytest.mark.heavy
 def test_same_config_same_run_on_the_hf_path(tmp_path: Path, tiny_lm: Path) -> None:  # noqa: F811
     """Rollouts are pinned to versions and sampled batch-invariantly, the learner is seeded:
     a run is a function of its config (metrics but wall-clock figures, and every episode)."""

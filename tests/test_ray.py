@@ -280,27 +280,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
             server.stop()
 
 
-def _fleet_cfg(fleet: Any, **more: Any) -> TrainConfig:
+def _fleet_cfg(fleet: Any, sglang_train_config: Any, **more: Any) -> TrainConfig:
     start, servers = fleet
-    fields: dict[str, Any] = dict(
-        backend="hf",
-        hf_model=str(start),
-        hf_server="sglang:" + ",".join(s.url for s in servers),
-        device="cpu",
-        world="tally",
-        params={"target": 12},
-        team_sizes=(2,),
-        groups_per_step=1,
-        group_size=2,
-        steps=3,
-        lag=0,  # locally, the fleet is updated under running episodes when lag > 0
-        time_limit_start=30.0,
-        time_limit_end=30.0,
-        max_output_tokens=16,
-        concurrency=2,
-        plots=False,
-    )
-    return TrainConfig(**{**fields, **more})
+    # lag 0: locally, the fleet is updated under running episodes when lag > 0
+    fields: dict[str, Any] = dict(device="cpu", lag=0)
+    return sglang_train_config(start, [s.url for s in servers], **{**fields, **more})
 
 
 def _versions(run: Path) -> dict[tuple[int, int], set[int]]:
@@ -314,13 +298,13 @@ def _versions(run: Path) -> dict[tuple[int, int], set[int]]:
 
 
 def test_two_workers_on_an_sglang_fleet_give_the_local_run(
-    cluster: Any, fleet: Any, tmp_path: Path
+    cluster: Any, fleet: Any, sglang_train_config: Any, tmp_path: Path
 ) -> None:
     """Rollout workers talking to a 2-server fleet over HTTP, the learner loading each version
     on it between steps, the run stopped after its first step and resumed: the local run with
     the same fleet, step for step and byte for byte, and every episode sampled by the version
     its step was dealt at (the updates followed)."""
-    cfg = _fleet_cfg(fleet)
+    cfg = _fleet_cfg(fleet, sglang_train_config)
     train(cfg, tmp_path / "local", progress=False)
     on_ray = msgspec.structs.replace(
         cfg, cluster=ClusterConfig(backend="ray", rollout_workers=2, cpus_per_worker=1)
@@ -337,23 +321,26 @@ def test_two_workers_on_an_sglang_fleet_give_the_local_run(
 
 
 def test_with_lag_each_episode_keeps_to_one_version_of_the_fleet(
-    cluster: Any, fleet: Any, tmp_path: Path
+    cluster: Any, fleet: Any, sglang_train_config: Any, tmp_path: Path
 ) -> None:
     """With ``lag = 1`` the fleet (one version at a time) is updated only once the episodes
     dealt at the version it holds have come back: each episode is sampled by one version, the
     one its step is pinned to (``step - lag``), and the run is reproducible."""
-    cfg = _fleet_cfg(fleet, lag=1, cluster=ClusterConfig(backend="ray", rollout_workers=1))
+    on_ray = ClusterConfig(backend="ray", rollout_workers=1)
+    cfg = _fleet_cfg(fleet, sglang_train_config, lag=1, cluster=on_ray)
     train(cfg, tmp_path / "ray", progress=False)
     versions = _versions(tmp_path / "ray")
     assert len(versions) == 6
     assert all(v == {max(0, g - 1)} for (g, _), v in versions.items()), versions
 
 
-def test_a_launched_server_on_a_ray_cluster_is_refused(fleet: Any, tmp_path: Path) -> None:
+def test_a_launched_server_on_a_ray_cluster_is_refused(
+    fleet: Any, sglang_train_config: Any, tmp_path: Path
+) -> None:
     """``sglang:launch`` serves on the command's loopback, out of reach of the cluster's other
     nodes: refused in one line, before Ray is joined or anything is written."""
     on_cluster = ClusterConfig(backend="ray", address="127.0.0.1:1")
-    cfg = _fleet_cfg(fleet, hf_server="sglang:launch", cluster=on_cluster)
+    cfg = _fleet_cfg(fleet, sglang_train_config, hf_server="sglang:launch", cluster=on_cluster)
     with pytest.raises(ValueError, match="loopback, which the Ray cluster's other nodes cannot"):
         train(cfg, tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()

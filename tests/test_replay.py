@@ -155,6 +155,7 @@ def test_forking_with_the_same_policy_and_seed_changes_nothing() -> None:
     assert fork(ep, 50.0, RandomPolicy()).events == ep.events
 
 
+@pytest.mark.heavy
 def test_same_bytes_across_processes_and_hash_seeds(tmp_path: Path) -> None:
     outs = []
     for hashseed in ("0", "1", "random"):

@@ -855,31 +855,18 @@ def test_launch_without_sglang_installed_says_so(model_dir):
         make_policy(f"sglang:launch:{model_dir}")
 
 
-def test_rlcr_on_the_hf_backend_sends_every_new_version_to_the_server(fake, tmp_path):
+def test_rlcr_on_the_hf_backend_sends_every_new_version_to_the_server(
+    fake, sglang_train_config, tmp_path
+):
     """The RLCR loop with a Hugging Face model served by SGLang, end to end, as far as this
     machine allows: the stand-in server samples (its logprobs are stand-ins, so this checks the
     plumbing, not learning): each learner step writes the weights where the server loads them,
     pauses, loads, continues, and tokens sampled afterwards carry the new version."""
-    from collective.train import TrainConfig, read_metrics, train
+    from collective.train import read_metrics, train
 
     tokenizer = make_tokenizer()
     start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path / "start")
-    cfg = TrainConfig(
-        backend="hf",
-        hf_model=str(start),
-        hf_server=f"sglang:{fake.url}",
-        world="tally",
-        params={"target": 12},
-        team_sizes=(2,),
-        groups_per_step=1,
-        group_size=2,
-        steps=3,
-        time_limit_start=30.0,
-        time_limit_end=30.0,
-        max_output_tokens=16,
-        concurrency=2,
-        plots=False,
-    )
+    cfg = sglang_train_config(start, [fake.url])
     rows = train(cfg, tmp_path / "run", progress=False)
     assert [r.version for r in rows] == [1, 2, 3]
     updates = fake.posts("/update_weights_from_disk")

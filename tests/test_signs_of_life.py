@@ -58,6 +58,7 @@ def _experiment(tmp_path: Path, *args: str) -> tuple[Path, dict]:
     return out, summary
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(950)
 def test_quick_main_run_writes_every_figure(tmp_path: Path) -> None:
     out, summary = _experiment(tmp_path, "--only", "main")

@@ -554,6 +554,7 @@ def test_random_and_tiny_agree_on_the_action_language() -> None:
         assert compile_space(space).accepts(turn.token_ids), turn.text
 
 
+@pytest.mark.heavy
 def test_cli_runs_and_replays_tiny_episodes(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "collective.cli"]

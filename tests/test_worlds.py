@@ -430,7 +430,9 @@ def test_repo_escape_attempts_are_stopped_and_reported(attempt: str, tmp_path: P
     code, report = ESCAPES[attempt]
     code = code.format(path=str(target))
     module = code + "def to_roman(n):\n    return 'I'\n"
-    params = {"task": "roman", "wall_seconds": 2.0, "cpu_seconds": 1, **REPO}
+    # A spin must meet its CPU limit first, however busy the machine: a longer wall limit.
+    wall = 30.0 if attempt == "spin" else 2.0
+    params = {"task": "roman", "wall_seconds": wall, "cpu_seconds": 1, **REPO}
     actions = [f'write roman/convert.py "{escape(module)}"', "test", f'run "{escape(code)}"']
     ep = run(by_turn(*actions), world="repo", params=params, agents=1, time_limit=100)
     results = {e.tool: e for e in ep.events if isinstance(e, Committed)}
