@@ -20,8 +20,16 @@ The findings, as the reference work states them:
 3. a solo agent given the collective's token budget needs about 4x as long to reach the
    collective's score, after an early phase where the solo leads;
 4. ablations: no latency pressure (a constant limit ``LOOSE``, evaluated at its own limit and at
-   the main run's), a per-agent advantage (leave-one-out credit, collective/credit.py), and a
-   flat organisation instead of the CEO; ``--orgs`` adds the orchestrator and islands.
+   the main run's, with the share of its episodes that the limit ends), a per-agent advantage
+   (leave-one-out credit, collective/credit.py), and three other organisations instead of the
+   CEO: flat, the orchestrator (the trained policy answers only for the orchestrator, agent 0;
+   its sub-agents answer with the run's initial weights, frozen, and their turns are never
+   training data) and islands (two groups, each on its own variant of the task; the
+   organisation scores the better island). Each organisation's random and untrained baselines
+   run through its own protocol (the same organisation, instances and limit).
+
+Each training seed starts from its own initial weights (the model's seed is the run's), so the
+untrained baseline is three different untrained policies, not one counted three times.
 
     python bench/signs_of_life.py                 # the full run (see README for its time)
     python bench/signs_of_life.py --quick --out /tmp/sol
@@ -31,8 +39,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
+import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +61,7 @@ from collective import (  # noqa: E402
     run_episodes,
 )
 from collective.intervals import Interval, bootstrap, bootstrap_fn, judge  # noqa: E402
+from collective.records import load_episode  # noqa: E402
 from collective.train import TrainConfig, bucket, load_config, read_metrics, train  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
 from policy.uniform import RandomPolicy  # noqa: E402
@@ -57,7 +69,7 @@ from policy.uniform import RandomPolicy  # noqa: E402
 OUT = ROOT / "bench" / "results" / "signs_of_life"
 EVAL_T = 180.0  # the main run's last time limit: every policy is evaluated at it
 HORIZON = 4  # the solo may run this many times the collective's limit (its ratio's ceiling)
-LOOSE = 360.0  # the no-pressure run's constant limit (twice the main run's last)
+LOOSE = 720.0  # the no-pressure run's constant limit: the largest this run can afford (README)
 ONBOARD = 20.0
 FAIR = {"modules": 32, "holders": "first", "onboard_seconds": ONBOARD}
 MODEL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=128)
@@ -87,7 +99,7 @@ def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
     )
 
 
-def variants(quick: bool, orgs: bool, steps: int | None = None) -> dict[str, dict[str, Any]]:
+def variants(quick: bool, steps: int | None = None) -> dict[str, dict[str, Any]]:
     base = base_config(quick, steps)
     out = {
         "main": base,
@@ -99,27 +111,87 @@ def variants(quick: bool, orgs: bool, steps: int | None = None) -> dict[str, dic
         },
         "per_agent": {**base, "advantage": "individual"},
         "flat": {**base, "org": "flat"},
+        "orchestrator": {**base, "org": "orchestrator"},
+        "islands": {**base, "org": "islands", "team_sizes": (2, 3, 4, 8)},
     }
-    if orgs:
-        out["orchestrator"] = {**base, "org": "orchestrator"}
-        out["islands"] = {**base, "org": "islands", "team_sizes": (2, 3, 4, 8)}
     return out
 
 
-def run_all(out: Path, specs: dict[str, dict[str, Any]], seeds: list[int]) -> dict[str, list[Path]]:
-    dirs: dict[str, list[Path]] = {}
-    for name, fields in specs.items():
-        for seed in seeds:
-            cfg = TrainConfig(**{**fields, "seed": seed})
-            run = out / "runs" / f"{name}-s{seed}"
-            dirs.setdefault(name, []).append(run)
-            if (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= cfg.steps:
-                print(f"[{run.name}] already complete", flush=True)
-                continue
-            t0 = time.perf_counter()
-            train(cfg, run, resume=(run / "config.toml").exists(), progress=False)
-            print(f"[{run.name}] {cfg.steps} steps in {time.perf_counter() - t0:.0f} s", flush=True)
+ORGS = ("flat", "orchestrator", "islands")  # runs whose baselines need their own protocol
+
+
+def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
+    """Train (or finish) run ``name`` with training seed ``seed``; each seed starts from its own
+    initial weights too (the model's seed is the run's)."""
+    model = msgspec.structs.replace(fields["model"], seed=seed)
+    cfg = TrainConfig(**{**fields, "seed": seed, "model": model})
+    run = out / "runs" / f"{name}-s{seed}"
+    if (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= cfg.steps:
+        print(f"[{run.name}] already complete", flush=True)
+        return run
+    t1 = time.perf_counter()
+    train(cfg, run, resume=(run / "config.toml").exists(), progress=False)
+    print(f"[{run.name}] {cfg.steps} steps in {time.perf_counter() - t1:.0f} s", flush=True)
+    return run
+
+
+def run_all(
+    out: Path,
+    specs: dict[str, dict[str, Any]],
+    seeds: list[int],
+    jobs: int = 1,
+    forward: tuple[str, ...] = (),
+) -> dict[str, list[Path]]:
+    """Every (variant, seed) run, ``jobs`` at a time: with more than one, each in a child
+    process of this script (``--train-one``, given ``forward``: the options that shape the
+    runs). Runs are independent and seeded, so the order and the parallelism change nothing."""
+    todo = [(name, seed) for name in specs for seed in seeds]
+    todo.sort(key=lambda job: job[0] != "no_pressure")  # the longest runs first: better packing
+    dirs = {name: [out / "runs" / f"{name}-s{seed}" for seed in seeds] for name in specs}
+    t0 = time.perf_counter()
+
+    def done(k: int, what: str) -> None:
+        print(
+            f"[train {k}/{len(todo)}] {what} ({(time.perf_counter() - t0) / 60:.1f} min so far)",
+            flush=True,
+        )
+
+    if jobs <= 1:
+        for k, (name, seed) in enumerate(todo, 1):
+            done(k, train_one(out, specs[name], name, seed).name)
+        return dirs
+    pool(
+        [(f"{n}-s{s}", ["--train-one", f"{n}:{s}", "--out", str(out), *forward]) for n, s in todo],
+        jobs,
+        done,
+    )
     return dirs
+
+
+def pool(work: list[tuple[str, list[str]]], jobs: int, done: Callable[[int, str], None]) -> None:
+    """Run this script once per (label, arguments), ``jobs`` at a time; stop at the first
+    failure, saying which."""
+    pending = list(work)
+    live: list[tuple[str, subprocess.Popen[bytes]]] = []
+    finished = 0
+    while pending or live:
+        while pending and len(live) < jobs:
+            label, args = pending.pop(0)
+            live.append(
+                (label, subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args]))
+            )
+        time.sleep(0.5)
+        for item in list(live):
+            rc = item[1].poll()
+            if rc is None:
+                continue
+            live.remove(item)
+            if rc != 0:
+                for _, proc in live:
+                    proc.terminate()
+                raise SystemExit(f"signs_of_life: {item[0]} failed (exit {rc})")
+            finished += 1
+            done(finished, item[0])
 
 
 # -- the held-out protocol, the same for every policy ------------------------------------------
@@ -159,11 +231,13 @@ def policies(run: Path, kind: str) -> Any:
 
 
 def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.ndarray]:
-    """Per (seed, team, instance): score, useful (world) tokens and communication tokens per
-    simulated hour. Random has one row (it has no seed)."""
+    """Per (seed, team, instance): score, useful (world) tokens, communication tokens per
+    simulated hour, and whether the time limit ended the episode or the task was done (the
+    rest ended idle: every agent waiting for a message nobody would send). Random has one row
+    (it has no seed)."""
     cfg = load_config(runs[0] / "config.toml")
     rows = runs[:1] if kind == "random" else runs
-    score, useful, comm = [], [], []
+    score, useful, comm, at_limit, done = [], [], [], [], []
     for run in rows:
         cfgs = [episode(cfg, t, i, limit) for t in cfg.team_sizes for i in range(n)]
         eps = run_episodes(cfgs, policies(run, kind), concurrency=20)
@@ -171,7 +245,64 @@ def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.
         score.append(np.array([e.score for e in eps]).reshape(shape))
         useful.append(np.array([e.stats.world_tokens for e in eps], float).reshape(shape))
         comm.append(np.array([e.stats.comm_tokens / e.duration * 3600 for e in eps]).reshape(shape))
-    return {"score": np.array(score), "useful": np.array(useful), "comm": np.array(comm)}
+        at_limit.append(np.array([e.end == "time_limit" for e in eps]).reshape(shape))
+        done.append(np.array([e.end == "done" for e in eps]).reshape(shape))
+    return {
+        "score": np.array(score),
+        "useful": np.array(useful),
+        "comm": np.array(comm),
+        "at_limit": np.array(at_limit),
+        "done": np.array(done),
+    }
+
+
+def training_episodes(run: Path) -> list[tuple[int, Episode]]:
+    """(step, episode) for every episode a step of the run trained on (its ledger)."""
+    out = []
+    for line in (run / "ledger.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        out += [(entry["step"], load_episode(run / "episodes" / f)) for f in entry["used"]]
+    return out
+
+
+def limit_share(runs: list[Path]) -> dict[str, Any]:
+    """How often the time limit, not the task's end or idleness, ended a run's training
+    episodes: overall, in the last 20% of steps, and by what ended them."""
+    eps = [
+        (s, e, load_config(r / "config.toml").steps) for r in runs for s, e in training_episodes(r)
+    ]
+    last = [e for s, e, n in eps if s >= n - max(1, n // 5)]
+    return {
+        "episodes": len(eps),
+        "share_at_limit": float(np.mean([e.end == "time_limit" for _, e, _ in eps])),
+        "share_at_limit_last_20pct": float(np.mean([e.end == "time_limit" for e in last])),
+        "ends": dict(Counter(e.end for _, e, _ in eps)),
+    }
+
+
+def frozen_check(runs: list[Path]) -> dict[str, Any]:
+    """The orchestrator run's sub-agents frozen, checked on its own training episodes: every
+    turn of the trained policy is the orchestrator's (agent 0), every sub-agent's turn is the
+    frozen policy's, and each step's trained tokens are exactly the orchestrator's tokens."""
+    turns = Counter()
+    steps_match = 0
+    steps = 0
+    for run in runs:
+        tokens: Counter[int] = Counter()
+        for step, ep in training_episodes(run):
+            for t in ep.turns:
+                turns[f"{t.policy} by {'orchestrator' if t.agent == 0 else 'sub-agent'}"] += 1
+                if t.policy == "trained":
+                    tokens[step] += len(t.token_ids)
+        for m in read_metrics(run):
+            steps += 1
+            steps_match += tokens[m.step] == m.trained_tokens
+    frozen = set(turns) <= {"trained by orchestrator", "frozen by sub-agent"}
+    return {
+        "turns": dict(turns),
+        "steps_whose_trained_tokens_are_the_orchestrators": f"{steps_match}/{steps}",
+        "sub_agents_frozen": frozen and steps_match == steps and steps > 0,
+    }
 
 
 def mean_score(ev: dict[str, np.ndarray]) -> Interval:
@@ -191,6 +322,65 @@ def useful_rel(ev: dict[str, np.ndarray], teams: tuple[int, ...], want: str) -> 
         return float(x[:, sel].mean() / avg) if avg > 0 else None
 
     return bootstrap_fn(stat, u.shape[0], u.shape[2])
+
+
+def measurements(runs: dict[str, list[Path]]) -> list[str]:
+    """Every held-out measurement the findings need, longest first: ``NAME|KIND|LIMIT`` (an
+    evaluation) or ``latency|KIND`` (the main run's latency curves)."""
+    jobs = [f"latency|{k}" for k in KINDS]
+    if "no_pressure" in runs:
+        jobs += [f"no_pressure|{k}|{LOOSE:g}" for k in KINDS]
+    for name in runs:
+        kinds = KINDS if name == "main" or name in ORGS else ("trained",)
+        jobs += [f"{name}|{k}|{EVAL_T:g}" for k in kinds]
+    return jobs
+
+
+def measure(runs: dict[str, list[Path]], job: str, n: int) -> dict[str, Any]:
+    name, kind, *limit = job.split("|")
+    if name == "latency":
+        return latency_curves(runs["main"], kind, n, team=8)
+    return evaluate(runs[name], kind, n, float(limit[0]))
+
+
+def measure_all(
+    out: Path, runs: dict[str, list[Path]], n: int, jobs: int, forward: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """Every measurement, in this process (``jobs`` 1) or ``jobs`` child processes at a time
+    (``--measure-one``, each writing ``OUT/measured/<job>.npz``). Each is a function of the
+    runs' weights and the instances alone, so where it ran changes nothing."""
+    todo = measurements(runs)
+    t0 = time.perf_counter()
+
+    def done(k: int, what: str) -> None:
+        print(
+            f"[measure {k}/{len(todo)}] {what} ({(time.perf_counter() - t0) / 60:.1f} min, "
+            f"{_cpu() / 60:.1f} CPU min so far)",
+            flush=True,
+        )
+
+    if jobs <= 1:
+        res = {}
+        for k, job in enumerate(todo, 1):
+            res[job] = measure(runs, job, n)
+            done(k, job)
+        return res
+    seeds = len(next(iter(runs.values())))
+    missing = [job for job in todo if not measured_file(out, job, n, seeds).exists()]
+    if len(missing) < len(todo):  # kept from an interrupted run of the same runs and instances
+        print(f"[measure] {len(todo) - len(missing)} of {len(todo)} already measured", flush=True)
+    args = ["--out", str(out), *forward]
+    pool([(job, ["--measure-one", job, *args]) for job in missing], jobs, done)
+    res = {}
+    for job in todo:
+        with np.load(measured_file(out, job, n, seeds)) as z:
+            res[job] = {k: z[k] for k in z.files}
+    return res
+
+
+def measured_file(out: Path, job: str, n: int, seeds: int) -> Path:
+    """Where a child leaves a measurement (named by the instances and seeds it covers)."""
+    return out / "measured" / f"{job.replace('|', '-')}-n{n}-seeds{seeds}.npz"
 
 
 # -- 3. performance against latency --------------------------------------------------------------
@@ -382,18 +572,24 @@ def plots(out: Path, res: dict[str, Any]) -> list[str]:
     ax.legend(fontsize=7)
     save(fig, "latency.png")
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    names = list(held)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    rows = {n: {k: d["score"] for k, d in per.items()} for n, per in held.items()}
+    if res.get("own_limit"):
+        rows[f"no_pressure\nat {LOOSE:g} s"] = res["own_limit"]
+    names = list(rows)
     for j, kind in enumerate(KINDS):
-        ivs = [held[n][kind]["score"] for n in names]
+        ivs = [rows[n][kind] for n in names]
         m = [iv.mean or 0 for iv in ivs]
         err = [
             [max(0, (iv.mean or 0) - (iv.lo or 0)) for iv in ivs],
             [max(0, (iv.hi or 0) - (iv.mean or 0)) for iv in ivs],
         ]
         ax.bar(np.arange(len(names)) + j * 0.27, m, 0.27, yerr=err, label=kind)
-    ax.set_xticks(np.arange(len(names)) + 0.27, names, rotation=15)
-    ax.set(ylabel=f"held-out mean score, T={EVAL_T:g} s", title="4. Ablations (95% intervals)")
+    ax.set_xticks(np.arange(len(names)) + 0.27, names, rotation=15, fontsize=8)
+    ax.set(
+        ylabel=f"held-out mean score, T={EVAL_T:g} s unless named",
+        title="4. Ablations and organisations, each beside its own baselines (95% intervals)",
+    )
     ax.legend()
     save(fig, "ablations.png")
     return files
@@ -434,11 +630,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
     p.add_argument("--seeds", type=int, default=0, help="training seeds (default 3; quick 1)")
     p.add_argument("--steps", type=int, default=0, help="training steps (default 10; quick 2)")
-    p.add_argument("--instances", type=int, default=0, help="held-out instances (default 8)")
-    p.add_argument("--orgs", action="store_true", help="also train orchestrator and islands")
+    p.add_argument("--instances", type=int, default=0, help="held-out instances (default 4)")
+    p.add_argument(
+        "--jobs", type=int, default=2, help="training runs at once (default 2: the two cores)"
+    )
+    p.add_argument("--train-one", default="", help=argparse.SUPPRESS)  # NAME:SEED, a child's job
+    p.add_argument("--measure-one", default="", help=argparse.SUPPRESS)  # a measurement's job
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    specs = variants(a.quick, a.orgs, a.steps or None)
+    specs = variants(a.quick, a.steps or None)
+    if a.train_one:  # one training run, for run_all's parallel jobs
+        name, seed = a.train_one.rsplit(":", 1)
+        train_one(a.out, specs[name], name, int(seed))
+        return 0
+    if a.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {a.jobs}")
     only = set(filter(None, a.only.split(","))) or None
     if only is not None and not only <= set(specs):
         p.error(f"--only: unknown variants {sorted(only - set(specs))}")
@@ -446,34 +652,71 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--only must include main: every finding compares against the main run")
     specs = {k: v for k, v in specs.items() if only is None or k in only}
     seeds = list(range(a.seeds or (1 if a.quick else 3)))
-    n = a.instances or (2 if a.quick else 8)
+    n = a.instances or (2 if a.quick else 4)
     a.out.mkdir(parents=True, exist_ok=True)
-    runs = run_all(a.out, specs, seeds)
+    forward = (*(["--quick"] if a.quick else []), *(["--steps", str(a.steps)] if a.steps else []))
+    measure_forward = ("--seeds", str(len(seeds)), "--instances", str(n), "--only", ",".join(specs))
+    if a.measure_one:  # one measurement, for measure_all's parallel jobs
+        runs = {k: [a.out / "runs" / f"{k}-s{s}" for s in seeds] for k in specs}
+        path = measured_file(a.out, a.measure_one, n, len(seeds))
+        path.parent.mkdir(exist_ok=True)
+        part = path.with_name(path.name + ".part.npz")
+        np.savez(part, **measure(runs, a.measure_one, n))
+        part.rename(path)  # whole or absent: a rerun measures again what an interrupt cut
+        return 0
+    runs = run_all(a.out, specs, seeds, a.jobs, forward)
     t_train = time.perf_counter() - t0
     main_cfg = load_config(runs["main"][0] / "config.toml")
     teams = main_cfg.team_sizes
 
+    got = measure_all(a.out, runs, n, a.jobs, (*forward, *measure_forward))
     heldout: dict[str, dict[str, dict[str, Interval]]] = {}
     raw: dict[str, dict[str, dict[str, np.ndarray]]] = {}
-    for name, rs in runs.items():
-        kinds = KINDS if name == "main" else ("trained",)
-        raw[name] = {k: evaluate(rs, k, n, EVAL_T) for k in kinds}
+    for name in runs:
+        kinds = KINDS if name == "main" or name in ORGS else ("trained",)
+        raw[name] = {k: got[f"{name}|{k}|{EVAL_T:g}"] for k in kinds}
         heldout[name] = {
             k: {"score": mean_score(ev), "comm": bootstrap(ev["comm"].mean(axis=1))}
             for k, ev in raw[name].items()
         }
-        print(f"[{name}] evaluated: {heldout[name]['trained']['score'].text()}", flush=True)
-    for name in ("flat", "per_agent", "no_pressure", "orchestrator", "islands"):
-        if name in raw:  # their baselines: the main run's, the same instances and seeds
+        print(f"[{name}] held-out: {heldout[name]['trained']['score'].text()}", flush=True)
+    for name in ("per_agent", "no_pressure"):
+        if name in raw:  # the main run's organisation and limit: the main run's baselines
             for k in ("random", "untrained"):
                 heldout[name][k] = heldout["main"][k]
     own_limit = None
-    if "no_pressure" in runs:
-        ev = evaluate(runs["no_pressure"], "trained", n, LOOSE)
-        own_limit = mean_score(ev)
+    loose: dict[str, Any] = {}
+    if "no_pressure" in runs:  # at its own limit, its baselines there too
+        rs = runs["no_pressure"]
+        at_own = {k: got[f"no_pressure|{k}|{LOOSE:g}"] for k in KINDS}
+        own_limit = mean_score(at_own["trained"])
+        share = {
+            f"heldout_at_{lim:g}s": {
+                k: {
+                    "share_at_limit": float(ev["at_limit"].mean()),
+                    "share_task_done": float(ev["done"].mean()),
+                    "at_limit_by_team": dict(
+                        zip(map(str, teams), ev["at_limit"].mean(axis=(0, 2)).tolist(), strict=True)
+                    ),
+                }
+                for k, ev in evs.items()
+            }
+            for lim, evs in (
+                (LOOSE, at_own),
+                (EVAL_T, {"trained": raw["no_pressure"]["trained"], **raw["main"]}),
+            )
+        }
+        loose = {
+            "limit": LOOSE,
+            "main_limit": EVAL_T,
+            "training": limit_share(rs),
+            **share,
+            "score_at_own_limit": {k: mean_score(ev) for k, ev in at_own.items()},
+        }
+        print(f"[no_pressure] at {LOOSE:g} s: {own_limit.text()}", flush=True)
     buckets = list(dict.fromkeys(bucket(t) for t in teams))
     useful_h = {b: {k: useful_rel(raw["main"][k], teams, b) for k in KINDS} for b in buckets}
-    latency = {k: latency_curves(runs["main"], k, n, team=8) for k in KINDS}
+    latency = {k: got[f"latency|{k}"] for k in KINDS}
     lat = {k: latency_figures(lc) for k, lc in latency.items()}
 
     curves = {
@@ -545,6 +788,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     if "no_pressure" in heldout:
+        held_share = loose[f"heldout_at_{LOOSE:g}s"]["trained"]["share_at_limit"]
         findings.append(
             finding(
                 "latency pressure matters: the main run beats no pressure at the main run's limit",
@@ -552,7 +796,12 @@ def main(argv: list[str] | None = None) -> int:
                 {**base, "no_pressure": heldout["no_pressure"]["trained"]["score"]},
                 "time limit > no pressure",
                 note=f"no pressure at its own {LOOSE:g} s limit: "
-                f"{own_limit.text() if own_limit else 'missing'}",
+                f"{own_limit.text() if own_limit else 'missing'} (untrained there "
+                f"{_text(loose.get('score_at_own_limit', {}).get('untrained'))}); the limit "
+                "ended "
+                f"{_pct(loose.get('training', {}).get('share_at_limit'))} of its training "
+                "episodes and "
+                f"{_pct(held_share)} of its held-out ones",
             )
         )
     for name, text, seed_fig in (
@@ -568,6 +817,11 @@ def main(argv: list[str] | None = None) -> int:
                     h["trained"]["score"],
                     {**base, name: heldout[name]["trained"]["score"]},
                     seed_fig,
+                    note=""
+                    if name not in ORGS
+                    else f"{name}'s own baselines (its organisation): random "
+                    f"{heldout[name]['random']['score'].text()}, untrained "
+                    f"{heldout[name]['untrained']['score'].text()}",
                 )
             )
     res = {
@@ -575,6 +829,7 @@ def main(argv: list[str] | None = None) -> int:
         "heldout": heldout,
         "useful_rel_heldout": useful_h,
         "latency_curves": latency,
+        "own_limit": loose.get("score_at_own_limit"),
     }
     figures = plots(a.out, res)
     binding = {}
@@ -585,10 +840,15 @@ def main(argv: list[str] | None = None) -> int:
     def iv(x: Interval) -> Any:
         return msgspec.to_builtins(x)
 
+    if loose:
+        loose["score_at_own_limit"] = {k: iv(x) for k, x in loose["score_at_own_limit"].items()}
+
     summary = {
         "quick": a.quick,
         "wall_seconds": time.perf_counter() - t0,
         "train_seconds": t_train,
+        "cpu_seconds": _cpu(),  # this process and its training children, user + system
+        "jobs": a.jobs,
         "seeds": seeds,
         "instances": n,
         "eval_time_limit": EVAL_T,
@@ -598,6 +858,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, per in heldout.items()
         },
         "no_pressure_at_own_limit": iv(own_limit) if own_limit else None,
+        "no_pressure_limit": loose or None,
+        "orchestrator_frozen": frozen_check(runs["orchestrator"])
+        if "orchestrator" in runs
+        else None,
         "duration_over_limit_last_20pct": binding,
         "useful_rel_heldout": {b: {k: iv(x) for k, x in d.items()} for b, d in useful_h.items()},
         "latency": {k: {f: iv(x) for f, x in d.items()} for k, d in lat.items()},
@@ -634,6 +898,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _cpu() -> float:
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _text(x: Interval | None) -> str:
+    return "missing" if x is None else x.text()
+
+
+def _pct(x: float | None) -> str:
+    return "missing" if x is None else f"{100 * x:.0f}%"
+
+
 def _fmt(x: Any) -> str:
     if isinstance(x, dict):
         if x.get("mean") is None:
@@ -649,7 +926,9 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
         "",
         "Written by `python bench/signs_of_life.py` (its docstring says what each figure is). "
         f"quick={s['quick']}; seeds {s['seeds']}, {s['instances']} held-out instances per team "
-        f"size; {s['wall_seconds'] / 60:.1f} min in all ({s['train_seconds'] / 60:.1f} training).",
+        f"size; {s['wall_seconds'] / 60:.1f} min in all ({s['train_seconds'] / 60:.1f} training, "
+        f"{s['jobs']} at a time), {s['cpu_seconds'] / 60:.1f} CPU min. Each training seed starts "
+        "from its own initial weights (the model's seed is the training seed).",
         "Every figure: mean [95% bootstrap interval over seeds and instances]. Verdict: yes only "
         "when the interval clears every baseline (collective/intervals.py).",
         *(
@@ -673,6 +952,44 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
     lines += ["", "Held-out mean score by run (T = 180 s):", ""]
     for name, per in s["heldout"].items():
         lines.append(f"- `{name}`: " + ", ".join(f"{k} {_fmt(d['score'])}" for k, d in per.items()))
+    loose = s.get("no_pressure_limit")
+    if loose:
+        tr = loose["training"]
+        lines += [
+            "",
+            f"No-pressure limit ({loose['limit']:g} s): what ended its episodes. Training: the "
+            f"limit ended {_pct(tr['share_at_limit'])} of {tr['episodes']} "
+            f"({_pct(tr['share_at_limit_last_20pct'])} in the last 20% of steps); all ends: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(tr["ends"].items()))
+            + ".",
+            "",
+            "| held-out | policy | ended by the limit | task done | ended by the limit, by team |",
+            "|---|---|---|---|---|",
+        ]
+        for key in (k for k in loose if k.startswith("heldout_at_")):
+            for kind, d in loose[key].items():
+                teams = ", ".join(f"{t}: {_pct(v)}" for t, v in d["at_limit_by_team"].items())
+                lines.append(
+                    f"| at {key.removeprefix('heldout_at_')} | {kind} | "
+                    f"{_pct(d['share_at_limit'])} | {_pct(d['share_task_done'])} | {teams} |"
+                )
+        lines += [
+            "",
+            f"Held-out at {loose['limit']:g} s: "
+            + ", ".join(f"{k} {_fmt(v)}" for k, v in loose["score_at_own_limit"].items())
+            + " (at 180 s the table above has the `no_pressure` row beside the main run's "
+            "baselines).",
+        ]
+    frozen = s.get("orchestrator_frozen")
+    if frozen:
+        lines += [
+            "",
+            "Orchestrator's sub-agents frozen (checked on its training episodes): "
+            f"{frozen['sub_agents_frozen']}; turns "
+            + ", ".join(f"{k} {v}" for k, v in frozen["turns"].items())
+            + "; steps whose trained tokens are exactly the orchestrator's: "
+            f"{frozen['steps_whose_trained_tokens_are_the_orchestrators']}.",
+        ]
     lines += ["", "Figures: " + ", ".join(f"[{f}]({f})" for f in s["figures"]), ""]
     lines += ["Settings (every run's full config is in `runs/<name>-s<seed>/config.toml`):", ""]
     for name, cfg in s["settings"].items():

@@ -44,6 +44,8 @@ class Stage(Protocol):
 
     def observe_failed(self, actor: Actor, error: Exception) -> Exception: ...
 
+    def withdraw(self, actor: Actor) -> trio.lowlevel.Abort: ...
+
 
 class Dismissed(Exception):
     """Raised inside an actor's program when it is fired (the event is ``records.Fired``)."""
@@ -132,12 +134,9 @@ class Actor:
         return self.ep.park(self, ACT, text)
 
     def abort(self, _: object) -> trio.lowlevel.Abort:
-        """Cancelled (the time limit) while parked: withdraw whatever was asked. (A method,
-        not a closure made at every park.)"""
-        self.request = None
-        self.parked = False
-        self.ep.quiet.running()
-        return trio.lowlevel.Abort.SUCCEEDED
+        """Cancelled while parked (the episode's end, or the run around it stopped): see
+        ``LiveEpisode.withdraw``. (A method, not a closure made at every park.)"""
+        return self.ep.withdraw(self)
 
     def observe(self) -> str:
         """The world's observation for this agent; one that raises or is not a str ends the

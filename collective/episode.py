@@ -234,6 +234,31 @@ class LiveEpisode:
         await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
         return await self.park(actor, kind, payload)
 
+    def withdraw(self, actor: Actor) -> trio.lowlevel.Abort:
+        """``actor`` was cancelled while parked (trio calls this, through ``Actor.abort``).
+
+        Either the episode ended (``_end`` cancels its nursery: nothing is applied to it after),
+        or the run around the conductor was stopped (a training run's ``stop_after``, Ctrl-C)
+        while the conductor was past its last checkpoint: a policy batch already answered (a
+        worker thread's result is delivered even when a cancellation came meanwhile) or an async
+        tool awaiting mid-instant. The conductor may then apply one more instant of this doomed
+        episode before its own next checkpoint raises, and the agenda may still hold an answer,
+        an action's effect, a resumption or a timer for the actor, or a post may wake it. So it
+        is gone from here on, as a fired agent is: not alive, not waiting, and nothing still due
+        resumes it. (Its program ends with the cancellation, whose record nobody keeps.)
+
+        One resumed (or fired) at the instant being applied is still blocked in trio, held
+        until the instant is whole (``_release``): that resumption is the engine's to deliver,
+        so the abort fails, and the cancellation lands at its next park."""
+        if not actor.parked:
+            return trio.lowlevel.Abort.FAILED
+        actor.request = None
+        actor.parked = False
+        actor.waiting = False  # a post or a timer wakes only those waiting
+        self.cast.exit(actor)
+        self.quiet.running()
+        return trio.lowlevel.Abort.SUCCEEDED
+
     def _resume(self, actor: Actor, value: Any) -> None:
         assert actor.parked, f"agent {actor.id} resumed twice"
         actor.waiting = False
@@ -423,6 +448,12 @@ class LiveEpisode:
         except WorldBug as bug:
             self._release()
             self._fail(bug)
+        except BaseException:
+            # Cancelled in an async tool's await (the run was stopped): the actors held are
+            # still blocked and their aborts failed (see withdraw), so let them go; each meets
+            # the cancellation at its next park.
+            self._release()
+            raise
 
     def _release(self) -> None:
         self.holding = False
@@ -513,7 +544,7 @@ class LiveEpisode:
         self._finish_turn(actor, action.tool, "world", ok, result)
         if real > 0:
             self.agenda.push(self.now + real, actor.id, Resume(actor, result))
-        else:
+        elif actor.alive:  # (not when the run was stopped while an async tool awaited)
             self._resume(actor, result)
         return True
 

@@ -40,6 +40,8 @@ settings.load_profile("ci")
 
 FRAGILE = f"{Path(__file__).parent / 'fragile.py'}:Fragile"
 BUMPS = f"{Path(__file__).parent / 'fragile.py'}:Bumps"
+HALTS = f"{Path(__file__).parent / 'fragile.py'}:Halts"
+CHIMES = f"{Path(__file__).parent / 'fragile.py'}:Chimes"
 
 
 def run(script: object, **cfg: object) -> Episode:

@@ -7,11 +7,11 @@ import random
 
 import pytest
 import trio
-from conftest import BUMPS, FRAGILE, by_turn, run
+from conftest import BUMPS, CHIMES, FRAGILE, HALTS, by_turn, run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective import Actor, Conductor, EpisodeConfig, default_program, run_episode
+from collective import Actor, Conductor, Episode, EpisodeConfig, default_program, run_episode
 from collective.records import (
     Committed,
     Delivered,
@@ -89,6 +89,97 @@ def test_no_actor_runs_before_its_instant_is_applied(middle: str) -> None:
     ep = run_episode(EpisodeConfig(world=BUMPS, agents=3, time_limit=50), ScriptedPolicy(script))
     assert seen == {0: "count 3", 1: "count 3", 2: "count 3"}
     assert verify(ep) is None
+
+
+class StopsTheRun:
+    """A policy that stops the run around the conductor while its ``k``-th batch is out, and
+    answers that batch all the same: as the tiny policy's worker thread does when a training
+    run's ``stop_after`` stops its rollouts meanwhile (``trio.to_thread.run_sync`` delivers a
+    finished thread's result even to a task cancelled while it waited). The conductor then
+    applies one more instant of episodes whose parked actors were all just cancelled."""
+
+    name = "stops the run"
+    version = 0
+
+    def __init__(self, inner: RandomPolicy | ScriptedPolicy, k: int) -> None:
+        self.inner, self.k, self.calls = inner, k, 0
+        self.run: trio.CancelScope | None = None
+
+    async def generate(self, requests: list[PolicyRequest]) -> list:
+        out = await self.inner.generate(requests)
+        self.calls += 1
+        if self.calls == self.k:
+            assert self.run is not None
+            self.run.cancel()
+        return out
+
+    async def aclose(self) -> None:
+        return None
+
+
+def stopped_at_batch(cfgs: list[EpisodeConfig], policy: StopsTheRun) -> bool:
+    """Play ``cfgs`` until ``policy`` stops the run; whether it did (the episodes may all
+    have ended before its ``k``-th batch). No episode may end with an error, the stopped ones
+    included (a world event's errors are the world's: one that broke the engine's bookkeeping
+    would be recorded as a world error, not raised)."""
+    ended: list[Episode] = []
+
+    async def main() -> bool:
+        with trio.CancelScope() as scope:
+            policy.run = scope
+            await Conductor(policy).play(cfgs, concurrency=len(cfgs), emit=ended.append)
+        return scope.cancelled_caught
+
+    stopped = trio.run(main)
+    assert [world_error(ep) for ep in ended if ep.end == "world_error"] == []
+    return stopped
+
+
+@pytest.mark.timeout(60)
+@given(configs, configs, st.integers(1, 12))
+def test_a_run_stopped_while_a_batch_is_out_resumes_nobody_twice(
+    a: EpisodeConfig, b: EpisodeConfig, k: int
+) -> None:
+    """The run is stopped while the policy computes its k-th batch, which is answered anyway.
+    The instant the conductor applies after that holds answers, actions' effects, timers and
+    posts for actors whose parks were just cancelled: none of them is resumed (this failed
+    with 'agent 2 resumed twice' in a training run stopped by stop_after on a loaded
+    machine), and the run stops with the cancellation, no error."""
+    policy = StopsTheRun(RandomPolicy(), k)
+    assert stopped_at_batch([a, b], policy) == (policy.calls >= k)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_run_stopped_with_agents_waiting_for_a_post_wakes_nobody(k: int) -> None:
+    """Agent 0 waits for news; agent 1 looks (a think answered in 0.5 s, then 5 s a look), so
+    the policy's second batch is agent 1's think at 5.5 s, and a chime posts on the channel at
+    5.75 s, before its answer. Stopped then, the conductor's last instant is the chime, whose
+    post would wake agent 0, whose wait was just cancelled: it must not."""
+    script = lambda r: "wait 0" if r.agent == 0 else "look"  # noqa: E731
+    cfg = EpisodeConfig(world=CHIMES, agents=2, time_limit=100, params={"times": [5.75, 30.0]})
+    assert stopped_at_batch([cfg], StopsTheRun(ScriptedPolicy(script), k))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shielded", [False, True])
+def test_a_run_stopped_mid_instant_lets_the_held_actors_go(shielded: bool) -> None:
+    """Agents 0 and 2 bump and agent 1 halts, all landing at one instant: agent 0 is resumed
+    (held until the instant is whole) before agent 1's tool stops the run around the conductor
+    and awaits. Agent 0's task is still blocked in trio, but its resumption is the engine's: it
+    is delivered once (not also cancelled, then rescheduled again when the instant is
+    released), also when the cancellation lands in the tool's await and leaves the instant
+    half applied; agent 2, not yet resumed, is cancelled. The run stops, no error, no hang."""
+    script = lambda r: ("bump", "halt", "bump")[r.agent] if r.turn == 0 else "wait 0"  # noqa: E731
+    cfg = EpisodeConfig(world=HALTS, agents=3, time_limit=50, params={"shielded": shielded})
+    conductor = Conductor(ScriptedPolicy(script))
+
+    async def main() -> None:
+        async with trio.open_nursery() as runner:  # halt cancels this nursery
+            runner.start_soon(conductor.play, [cfg])
+
+    trio.run(main)
+    assert conductor.quiet.runnable == 0
 
 
 @given(configs)

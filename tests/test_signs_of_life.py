@@ -6,7 +6,7 @@ interval, random and untrained baselines, the seed's figure, a verdict by the ru
 finding reproduces is the full run's business (``bench/results/signs_of_life/``), not this
 test's.
 
-The suite runs the main run alone (``--only main``: every finding but the ablations); all four
+The suite runs the main run alone (``--only main``: every finding but the ablations); all six
 variants are marked slow, run with ``pytest -m slow tests/test_signs_of_life.py``.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from collective.train import load_config, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = ("main", "no_pressure", "per_agent", "flat")
+RUNS = ("main", "no_pressure", "per_agent", "flat", "orchestrator", "islands")
 FIGURES = ("useful_work.png", "communication_and_score.png", "latency.png", "ablations.png")
 
 
@@ -74,11 +74,43 @@ def test_quick_main_run_writes_every_figure(tmp_path: Path) -> None:
 @pytest.mark.timeout(1800)
 def test_quick_experiment_writes_every_figure(tmp_path: Path) -> None:
     out, summary = _experiment(tmp_path)
-    assert len(summary["findings"]) == 9, [f["finding"] for f in summary["findings"]]
+    assert len(summary["findings"]) == 11, [f["finding"] for f in summary["findings"]]
     configs = {name: load_config(out / "runs" / f"{name}-s0" / "config.toml") for name in RUNS}
     for name, cfg in configs.items():  # each run's config as used, beside its metrics
         assert cfg.steps == len(read_metrics(out / "runs" / f"{name}-s0")) == 2
     assert configs["no_pressure"].time_limit_end > configs["main"].time_limit_end
     assert configs["per_agent"].advantage == "individual" != configs["main"].advantage
     assert configs["flat"].org == "flat" != configs["main"].org
+    assert configs["orchestrator"].org == "orchestrator" and configs["islands"].org == "islands"
     assert summary["no_pressure_at_own_limit"]["mean"] is not None
+    loose = summary["no_pressure_limit"]
+    assert loose["limit"] == configs["no_pressure"].time_limit_end
+    assert loose["training"]["episodes"] == 2 * 5 * 2  # steps x groups x rollouts
+    assert 0 <= loose["training"]["share_at_limit"] <= 1
+    for name in ("flat", "orchestrator", "islands"):  # baselines through their own protocol
+        assert summary["heldout"][name]["untrained"] != summary["heldout"]["main"]["untrained"]
+    frozen = summary["orchestrator_frozen"]
+    assert frozen["sub_agents_frozen"] is True, frozen
+
+
+@pytest.mark.timeout(300)
+def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: Path) -> None:
+    """The check the full run reports (``orchestrator_frozen``) on real one-step runs: the
+    orchestrator's sub-agents answer with the frozen policy and only agent 0's tokens are
+    trained; a flat team, where every agent answers with the trained policy, fails it."""
+    from bench.signs_of_life import frozen_check, limit_share, variants
+    from collective.train import TrainConfig, train
+
+    specs = variants(quick=True, steps=1)
+    runs = {}
+    for name in ("orchestrator", "flat"):
+        fields = {**specs[name], "groups_per_step": 5, "team_sizes": (3,)}
+        runs[name] = tmp_path / name
+        train(TrainConfig(**fields), runs[name], progress=False)
+    orch = frozen_check([runs["orchestrator"]])
+    assert orch["sub_agents_frozen"] is True, orch
+    assert orch["turns"]["frozen by sub-agent"] > 0 and orch["turns"]["trained by orchestrator"] > 0
+    flat = frozen_check([runs["flat"]])
+    assert flat["sub_agents_frozen"] is False and flat["turns"]["trained by sub-agent"] > 0
+    share = limit_share([runs["flat"]])
+    assert share["episodes"] == 10 and sum(share["ends"].values()) == 10
