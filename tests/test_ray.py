@@ -238,6 +238,8 @@ def test_ctrl_c_stops_the_cluster_work_cleanly(cluster: Any, tmp_path: Path) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As at a terminal: a suite started in the background inherits SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 240
     while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_bytes():
