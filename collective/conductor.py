@@ -153,6 +153,10 @@ class Conductor:
                     live.append(ep)
 
             async def retire() -> None:
+                # A run stopped from outside may have applied one more instant after the stop
+                # (see LiveEpisode.withdraw): what ended in it is nobody's, so nothing is
+                # recorded or emitted. (A no-op, no yield, when nothing was cancelled.)
+                await trio.lowlevel.checkpoint_if_cancelled()
                 for ep in [ep for ep in live if ep.ended]:
                     live.remove(ep)
                     record = ep.record()

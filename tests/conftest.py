@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +39,16 @@ settings.register_profile("ci", deadline=None, max_examples=25)
 settings.load_profile("ci")
 
 
+# ``collective.cli`` as at a terminal, where Ctrl-C raises KeyboardInterrupt: a suite started in
+# the background inherits SIGINT ignored, and Python then installs no handler. The child sets the
+# handler itself (a ``preexec_fn`` would run Python between fork and exec, which CPython calls
+# unsafe in a process with threads, as a Ray driver is).
+CLI_AT_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('collective.cli', run_name='__main__', alter_sys=True)",
+]
 FRAGILE = f"{Path(__file__).parent / 'fragile.py'}:Fragile"
 BUMPS = f"{Path(__file__).parent / 'fragile.py'}:Bumps"
 HALTS = f"{Path(__file__).parent / 'fragile.py'}:Halts"

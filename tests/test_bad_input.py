@@ -21,6 +21,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from conftest import CLI_AT_A_TERMINAL
 from hostile import seal
 
 from collective import EpisodeConfig, run_episode, save_episode
@@ -393,13 +394,11 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONHASHSEED": "0", "MKL_CBWR": "COMPATIBLE"}
     proc = subprocess.Popen(
-        [*CLI, "train", str(config), "--out", str(run)],  # with its progress bar
+        [*CLI_AT_A_TERMINAL, "train", str(config), "--out", str(run)],  # with its progress bar
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        # As at a terminal: a suite started in the background inherits SIGINT ignored.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 120

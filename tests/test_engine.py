@@ -121,13 +121,18 @@ def stopped_at_batch(cfgs: list[EpisodeConfig], policy: StopsTheRun) -> bool:
     """Play ``cfgs`` until ``policy`` stops the run; whether it did (the episodes may all
     have ended before its ``k``-th batch). No episode may end with an error, the stopped ones
     included (a world event's errors are the world's: one that broke the engine's bookkeeping
-    would be recorded as a world error, not raised)."""
+    would be recorded as a world error, not raised). Nothing that ends in the instant applied
+    after the stop is emitted: that episode is nobody's."""
     ended: list[Episode] = []
+
+    def emit(ep: Episode) -> None:
+        assert policy.calls < policy.k, f"episode {ep.config.world} emitted after the stop"
+        ended.append(ep)
 
     async def main() -> bool:
         with trio.CancelScope() as scope:
             policy.run = scope
-            await Conductor(policy).play(cfgs, concurrency=len(cfgs), emit=ended.append)
+            await Conductor(policy).play(cfgs, concurrency=len(cfgs), emit=emit)
         return scope.cancelled_caught
 
     stopped = trio.run(main)
@@ -159,6 +164,16 @@ def test_a_run_stopped_with_agents_waiting_for_a_post_wakes_nobody(k: int) -> No
     script = lambda r: "wait 0" if r.agent == 0 else "look"  # noqa: E731
     cfg = EpisodeConfig(world=CHIMES, agents=2, time_limit=100, params={"times": [5.75, 30.0]})
     assert stopped_at_batch([cfg], StopsTheRun(ScriptedPolicy(script), k))
+
+
+@pytest.mark.timeout(60)
+def test_an_episode_ending_in_the_instant_after_a_stop_is_not_emitted() -> None:
+    """As above, but the time limit (5.6 s) comes before the chime: the instant applied after
+    the stop ends the episode. It was cut short by the stop, so it is nobody's: ``retire``
+    meets the cancellation before it records or emits it."""
+    script = lambda r: "wait 0" if r.agent == 0 else "look"  # noqa: E731
+    cfg = EpisodeConfig(world=CHIMES, agents=2, time_limit=5.6, params={"times": [5.75, 30.0]})
+    assert stopped_at_batch([cfg], StopsTheRun(ScriptedPolicy(script), 2))
 
 
 @pytest.mark.timeout(60)

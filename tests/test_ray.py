@@ -35,6 +35,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from conftest import CLI_AT_A_TERMINAL  # noqa: E402
+
 from collective import load_episode  # noqa: E402
 from collective.cluster import (  # noqa: E402
     LEARNER_NAME,
@@ -232,14 +234,12 @@ def test_ctrl_c_stops_the_cluster_work_cleanly(cluster: Any, tmp_path: Path) -> 
     address = ray.get_runtime_context().gcs_address
     placement = ["cluster.backend=ray", f'cluster.address="{address}"', "cluster.rollout_workers=2"]
     sets = [a for kv in [*SHORT, *placement] for a in ("--set", kv)]
-    cmd = [sys.executable, "-m", "collective.cli", "train", str(ROOT / "configs" / "quick.toml")]
+    cmd = [*CLI_AT_A_TERMINAL, "train", str(ROOT / "configs" / "quick.toml")]
     p = subprocess.Popen(
         [*cmd, "--out", str(run), *sets, "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # As at a terminal: a suite started in the background inherits SIGINT ignored.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 240
     while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_bytes():
