@@ -721,7 +721,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--targets", type=lambda t: _numbers(t, float), default=(0.25, 0.5, 0.75))
     st.add_argument("--policies", default="trained,untrained,random")
-    st.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE")
+    _add_param(st)
     st.add_argument("--out", default="bench/results/city/study")
     st.add_argument(
         "--cluster", choices=["local", "ray"], default="local", help="ray: cells as Ray tasks"

@@ -51,7 +51,6 @@ from collective.config import ClusterConfig, TrainConfig
 from collective.log import get_logger
 from collective.records import Episode, EpisodeConfig, decode_episode, episode_file_bytes
 from collective.rollouts import Rollouts, VersionedPolicy, team_config
-from collective.rundir import RunDir
 
 log = get_logger("collective.cluster")
 
@@ -252,23 +251,15 @@ def _nowhere() -> Any:
 class RayRollouts(Rollouts):
     """Episodes run by Ray actors, a share of each step per worker; see the module docstring."""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        run: RunDir,
-        first_step: int,
-        backend: Any,
-        serving_weights: dict[int, Any],
-        model: Any = None,
-    ) -> None:
-        super().__init__(cfg, run, first_step)
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        cfg, first_step = self.cfg, self.first_step
         if uses_fleet(cfg) and cfg.cluster.address and cfg.hf_server.startswith("sglang:launch"):
             raise ValueError(
                 "hf_server = 'sglang:launch...' starts SGLang on this machine's loopback, which "
                 "the Ray cluster's other nodes cannot reach; start the servers on the GPU nodes "
                 "and give their URLs (hf_server = 'sglang:http://gpu1:30000,...')"
             )
-        self.backend, self.model = backend, model
         self.fleet: Any = None  # (an SGLang fleet) the learner's client: it loads the weights
         self.in_flight = 0  # episodes dealt to workers and not yet received
         self._landed = trio.Event()  # set whenever in_flight reaches 0
@@ -278,7 +269,6 @@ class RayRollouts(Rollouts):
         self.cluster = cfg.cluster
         self.ray = import_ray()
         self.started_ray = False
-        self.initial_weights = serving_weights
         self.refs: dict[int, Any] = {}  # version -> object ref of its weights
         self.latest = first_step  # the newest version published
         self.next_step = first_step  # the first step not yet dealt to workers
@@ -310,7 +300,7 @@ class RayRollouts(Rollouts):
             self.generation = [0] * c.rollout_workers
             for k, w in enumerate(self.workers):
                 self._checked(k, w)
-            for v, w in self.initial_weights.items():
+            for v, w in self.serving_weights.items():
                 self.refs[v] = self.ray.put(w)
         except BaseException:
             self.close()

@@ -152,9 +152,22 @@ class Rollouts:
     uses it (an episode written is an episode kept), then buffered until its step is asked for.
     """
 
-    def __init__(self, cfg: TrainConfig, run: RunDir, first_step: int) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run: RunDir,
+        first_step: int,
+        backend: Any,
+        model: Any,
+        serving_weights: dict[int, Any],
+    ) -> None:
         self.cfg = cfg
         self.run = run
+        self.first_step = first_step
+        self.backend, self.model = backend, model
+        # The weights of every version rollouts may still use (pinned backends), as the learner
+        # keeps them: at the start, the one(s) a run begins or resumes with.
+        self.serving_weights = serving_weights
         self.first_group = first_step * cfg.groups_per_step
         # A resumed run's episodes that finished after its checkpoint: used, not run again.
         self.buffer: dict[tuple[int, int], Episode] = run.finished_episodes(self.first_group)
@@ -210,21 +223,11 @@ class LocalRollouts(Rollouts):
     (everyone thinking at an instant is one policy batch), served by the backend's policy (a
     frozen copy of each live version's weights, or an SGLang fleet)."""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        run: RunDir,
-        first_step: int,
-        backend: Any,
-        model: Any,
-        frozen: Policy | None,
-        serving_weights: dict[int, Any],
-    ) -> None:
-        super().__init__(cfg, run, first_step)
-        self.backend, self.model, self.frozen = backend, model, frozen
-        self.serving_weights = serving_weights
-        self.schedule = Schedule(cfg, self.first_group, self.on_disk, pin=backend.pinned)
-        self.schedule.latest = first_step
+    def __init__(self, *args: Any, frozen: Policy | None = None) -> None:
+        super().__init__(*args)
+        self.frozen = frozen  # the orchestrator's sub-agents' policy, if any
+        self.schedule = Schedule(self.cfg, self.first_group, self.on_disk, pin=self.backend.pinned)
+        self.schedule.latest = self.first_step
         self.conductor: Conductor | None = None
 
     @property

@@ -314,11 +314,12 @@ def train(
     if state.step >= cfg.steps:
         run.create(resume, state.step)
         return []
+    args = (cfg, run, state.step, backend, model, serving_weights)
     rollouts: Rollouts
     if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
-        rollouts = RayRollouts(cfg, run, state.step, backend, serving_weights, model)
+        rollouts = RayRollouts(*args)  # (each worker makes the sub-agents' frozen copy itself)
     else:
-        rollouts = LocalRollouts(cfg, run, state.step, backend, model, frozen, serving_weights)
+        rollouts = LocalRollouts(*args, frozen=frozen)
     rollouts.start()  # Ray: connect, check resources, start the workers (one-line errors)
     # -- checked and built: now the run directory may be written ------------------------------
     try:
