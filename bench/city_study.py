@@ -565,7 +565,7 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
     )
     axes[2].set(
         xlabel="simulated seconds",
-        ylabel="score (mean over instances)",
+        ylabel="score (mean over seeds and instances)",
         title="trained: score over time, 8 and 64 agents",
     )
     for ax in axes:
