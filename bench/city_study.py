@@ -62,7 +62,14 @@ from collective import (  # noqa: E402
     make_organisation,
     register_organisation,
 )
-from collective.intervals import BOOT, Interval, bootstrap, bootstrap_diff, bootstrap_fn  # noqa: E402
+from collective.intervals import (  # noqa: E402
+    BOOT,
+    Interval,
+    bootstrap,
+    bootstrap_contrast,
+    bootstrap_diff,
+    bootstrap_fn,
+)
 from collective.organisation import Islands  # noqa: E402
 from collective.records import Committed, Delivered, Posted, Sent  # noqa: E402
 from collective.registry import make_world  # noqa: E402
@@ -248,7 +255,12 @@ def run_cell(policy: Any, condition: str, n: int, instances: int) -> dict[str, A
     t0 = time.perf_counter()
     eps = trio.run(lambda: Conductor(policy).play(configs, concurrency=len(configs)))
     wall = time.perf_counter() - t0
-    return {"episodes": [summarise_episode(e) for e in eps], "wall_seconds": wall}
+    # play returns episodes as they end; keep them in instance order, each with its instance
+    eps = sorted(eps, key=lambda e: e.config.world_seed)
+    return {
+        "episodes": [{"instance": e.config.world_seed - 1000, **summarise_episode(e)} for e in eps],
+        "wall_seconds": wall,
+    }
 
 
 def cell_key(policy: str, condition: str, n: int) -> str:
@@ -381,9 +393,22 @@ def seed_table(
     runs: dict[int | None, list[Any]], value: Any, seeds: Sequence[Any]
 ) -> list[list[Any]]:
     """One row per seed, over the task instances every seed ran (instance i is the same world
-    and sampling seeds in every row)."""
-    m = min(len(runs[s]) for s in seeds)
-    return [[value(e) for e in runs[s][:m]] for s in seeds]
+    and sampling seeds in every row). Cells run before episodes carried their ``instance`` hold
+    them in the order they ended, which says nothing of which instance each was: those are
+    taken whole, and only when every seed ran as many."""
+    rows = [runs[s] for s in seeds]
+    if all("instance" in e for r in rows for e in r):
+        both = set.intersection(*({e["instance"] for e in r} for r in rows))
+        rows = [
+            sorted((e for e in r if e["instance"] in both), key=lambda e: e["instance"])
+            for r in rows
+        ]
+    elif len({len(r) for r in rows}) != 1:
+        raise ValueError(
+            f"city_study: seeds {list(seeds)} ran {[len(r) for r in rows]} instances of one cell, "
+            "and its episodes do not say which: rerun the cell with equal --instances"
+        )
+    return [[value(e) for e in r] for r in rows]
 
 
 def summarise(cells: dict[str, Any], boot: int = BOOT) -> dict[str, Any]:
@@ -433,17 +458,12 @@ def summarise(cells: dict[str, Any], boot: int = BOOT) -> dict[str, Any]:
     def scores(base: str, cond: str, n: int, seeds: Sequence[Any], t: float) -> list[list[float]]:
         return seed_table(groups[(base, cond, n)], lambda e: at(e["score"], t), seeds)
 
-    def gains(base: str, cond: str, n: int, seeds: Sequence[Any]) -> list[list[float]]:
-        """Paired by task instance: the condition's score at the horizon minus flat's."""
-        a, b = groups[(base, cond, n)], groups[(base, "flat", n)]
-        m = min(min(len(a[s]), len(b[s])) for s in seeds)
-        return [
-            [
-                at(x["score"], HORIZON) - at(y["score"], HORIZON)
-                for x, y in zip(a[s][:m], b[s][:m], strict=True)
-            ]
-            for s in seeds
-        ]
+    def contrast(
+        base: str, terms: Sequence[tuple[float, str, int]], seeds: Sequence[Any]
+    ) -> dict[str, Any]:
+        """sum(w * mean score at the horizon of (condition, n)) over seeds, then instances."""
+        tables = [(w, scores(base, c, n, seeds, HORIZON)) for w, c, n in terms]
+        return _rounded(bootstrap_contrast(tables, boot=boot))
 
     drops: dict[str, Any] = {}
     gain: dict[str, Any] = {}
@@ -470,18 +490,18 @@ def summarise(cells: dict[str, Any], boot: int = BOOT) -> dict[str, Any]:
         for n in AGENTS:
             seeds_n = common(base, [(cond, n), ("flat", n)])
             if seeds_n:
-                gain[cell_key(base, cond, n)] = iv(gains(base, cond, n, seeds_n))
-        # How much of flat's 8 -> 64 drop the condition removes: its paired gain at 64 minus at 8.
+                gain[cell_key(base, cond, n)] = contrast(
+                    base, [(1, cond, n), (-1, "flat", n)], seeds_n
+                )
+        # How much of flat's 8 -> 64 drop the condition removes: its gain over flat at 64 minus
+        # at 8. Not paired by instance: the cells of seed 0 do not record which episode was which.
         seeds = common(base, [(cond, 8), (cond, 64), ("flat", 8), ("flat", 64)])
+        terms = [(1.0, cond, 64), (-1.0, "flat", 64), (-1.0, cond, 8), (1.0, "flat", 8)]
         if seeds:
-            removed[f"{base}/{cond}"] = diff(
-                gains(base, cond, 64, seeds), gains(base, cond, 8, seeds)
-            )
+            removed[f"{base}/{cond}"] = contrast(base, terms, seeds)
             for s in seeds:
                 if s is not None:
-                    per_seed_removed[f"{policy_label(base, s)}/{cond}"] = diff(
-                        gains(base, cond, 64, [s]), gains(base, cond, 8, [s])
-                    )
+                    per_seed_removed[f"{policy_label(base, s)}/{cond}"] = contrast(base, terms, [s])
     return {
         "cells": pooled,
         "drop_8_to_64": drops,
@@ -571,7 +591,7 @@ def plot(summary: dict[str, Any], out: Path, conditions: Sequence[str]) -> None:
     )
     axes[2].set(
         xlabel="simulated seconds",
-        ylabel="score (mean over instances)",
+        ylabel="score (mean over seeds and instances)",
         title="trained: score over time, 8 and 64 agents",
     )
     for ax in axes:
@@ -612,7 +632,7 @@ def table(summary: dict[str, Any]) -> str:
                 lines.append(f"| {cond} | {name} | " + " | ".join(row) + f" | {drop} |")
     lines += [
         "",
-        "| of flat's 8 → 64 drop, removed (paired by instance) | value |",
+        "| of flat's 8 → 64 drop, removed | value |",
         "|---|---:|",
     ]
     for k, v in summary["drop_removed_8_to_64"].items():

@@ -128,6 +128,38 @@ def bootstrap(
     )
 
 
+def bootstrap_contrast(
+    terms: Sequence[tuple[float, Sequence[Sequence[float]] | np.ndarray]],
+    *,
+    boot: int = BOOT,
+    level: float = LEVEL,
+    rng_seed: int = 0,
+) -> Interval:
+    """sum(w * mean(table)) over ``terms`` (weight, table) and its interval, for (seeds x
+    instances) tables whose row i comes from the same training seed (the same policy deployed
+    several ways) but whose instances are their own, so their counts may differ: each resample
+    draws the seeds once for every table, then each table's instances on its own. ``instances``
+    of the result is the smallest table's count."""
+    ws = [float(w) for w, _ in terms]
+    ts = [np.asarray(t, dtype=np.float64) for _, t in terms]
+    if (
+        not ts
+        or any(t.ndim != 2 or t.size == 0 or not np.isfinite(t).all() for t in ts)
+        or len({t.shape[0] for t in ts}) != 1
+    ):
+        return MISSING
+    seeds = ts[0].shape[0]
+    point = float(sum(w * t.mean() for w, t in zip(ws, ts, strict=True)))
+    rng = np.random.default_rng(rng_seed)
+    rows = np.arange(seeds)
+    values = []
+    for _ in range(boot):
+        r = (rng.integers(0, seeds, seeds) if seeds > 1 else rows)[:, None]
+        cols = [rng.integers(0, t.shape[1], (seeds, t.shape[1])) for t in ts]
+        values.append(float(sum(w * t[r, c].mean() for w, t, c in zip(ws, ts, cols, strict=True))))
+    return _percentile(point, values, 0, boot, level, seeds, min(t.shape[1] for t in ts))
+
+
 def bootstrap_diff(
     a: Sequence[Sequence[float]] | np.ndarray,
     b: Sequence[Sequence[float]] | np.ndarray,
@@ -136,31 +168,10 @@ def bootstrap_diff(
     level: float = LEVEL,
     rng_seed: int = 0,
 ) -> Interval:
-    """mean(a) - mean(b) and its interval, for two (seeds x instances) tables whose row i comes
-    from the same training seed (the same policy deployed two ways) but whose instances are
-    their own, so their counts may differ: each resample draws the seeds once for both tables,
-    then each table's instances on its own. (Paired by instance too? Pass the per-instance
-    differences to ``bootstrap``.) ``instances`` of the result is the smaller table's count."""
-    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if (
-        x.ndim != 2
-        or y.ndim != 2
-        or x.size == 0
-        or y.size == 0
-        or x.shape[0] != y.shape[0]
-        or not (np.isfinite(x).all() and np.isfinite(y).all())
-    ):
-        return MISSING
-    seeds, nx, ny = x.shape[0], x.shape[1], y.shape[1]
-    point = float(x.mean() - y.mean())
-    rng = np.random.default_rng(rng_seed)
-    rows = np.arange(seeds)
-    values = []
-    for _ in range(boot):
-        r = (rng.integers(0, seeds, seeds) if seeds > 1 else rows)[:, None]
-        cx, cy = rng.integers(0, nx, (seeds, nx)), rng.integers(0, ny, (seeds, ny))
-        values.append(float(x[r, cx].mean() - y[r, cy].mean()))
-    return _percentile(point, values, 0, boot, level, seeds, min(nx, ny))
+    """mean(a) - mean(b): :func:`bootstrap_contrast` of two tables (seeds drawn once for both,
+    instances on their own). Paired by instance too? Pass the per-instance differences to
+    ``bootstrap``."""
+    return bootstrap_contrast([(1.0, a), (-1.0, b)], boot=boot, level=level, rng_seed=rng_seed)
 
 
 Baseline = Interval | float | None

@@ -78,10 +78,16 @@ def test_islands_keep_their_keys_apart() -> None:
     assert ep.config.org == "islands_mean:2"
 
 
-def _cell(finals: list[float]) -> dict[str, Any]:
-    """A city.json cell whose episodes end at these scores (a straight rise from 0)."""
+def _cell(finals: list[float], ids: bool = True) -> dict[str, Any]:
+    """A city.json cell whose episodes end at these scores (a straight rise from 0), with their
+    instance numbers (``ids``) or, as cells run before they were recorded, without."""
     eps = [
-        {"score": [f * t / GRID[-1] for t in GRID], **dict.fromkeys(FIELDS, 0.0)} for f in finals
+        {
+            **({"instance": i} if ids else {}),
+            "score": [f * t / GRID[-1] for t in GRID],
+            **dict.fromkeys(FIELDS, 0.0),
+        }
+        for i, f in enumerate(finals)
     ]
     return {"episodes": eps, "wall_seconds": 0.0}
 
@@ -126,3 +132,7 @@ def test_cells_are_named_by_training_seed_and_pooled_over_seeds() -> None:
         pytest.approx(0.2, abs=1e-4)
     )
     assert s["drop_8_to_64"]["random/flat"]["120"]["mean"] == pytest.approx(0.05, abs=1e-4)
+    # episodes that do not say their instance pool only when every seed ran as many
+    legacy = {"trained_s0/flat/8": _cell([0.5, 0.6], ids=False), "trained_s1/flat/8": _cell([0.7])}
+    with pytest.raises(ValueError, match="do not say which"):
+        summarise(legacy, boot=50)

@@ -16,6 +16,7 @@ from collective.intervals import (
     MISSING,
     Interval,
     bootstrap,
+    bootstrap_contrast,
     bootstrap_diff,
     bootstrap_fn,
     judge,
@@ -122,6 +123,12 @@ def test_a_difference_draws_each_seed_once_for_both_tables() -> None:
     d = bootstrap_diff(a, b)
     assert d.lo is not None and d.hi is not None
     assert 0.8 < d.lo <= d.hi < 1.2
+    assert bootstrap_contrast([(1, a), (-1, b)]) == d  # a difference is a two-term contrast
+    # (a - b) - (a - b) over four tables: the point is 0, and the seed effect cancels throughout
+    four = bootstrap_contrast([(1, a), (-1, b), (-1, a), (1, b)])
+    assert four.mean is not None and abs(four.mean) < 1e-12
+    assert four.lo is not None and four.hi is not None
+    assert -0.2 < four.lo <= 0 <= four.hi < 0.2
     # with one seed it is the two samples' own bootstrap: wider with fewer instances
     few = bootstrap_diff(a[:1, :3], b[:1, :3])
     assert few.hi - few.lo > d.hi - d.lo  # type: ignore[operator]
