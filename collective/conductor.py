@@ -19,6 +19,7 @@ actors only read frozen state and park. That is the whole determinism argument.
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -115,12 +116,14 @@ class Conductor:
         replay: Replay | None = None,
         recorder: Callable[[EpisodeConfig], Recorder] | None = None,
     ) -> list[Episode]:
-        """Run every config, ``concurrency`` episodes at a time, and return (or ``emit``, as each
-        finishes) their records. Episodes are independent; batching is shared. ``configs`` may be
-        an :class:`EpisodeSource` that decides when the next episode may start (training gates
-        episodes on the policy versions they are pinned to). With ``recorder``, each episode's
-        record streams to the recorder it gives as the episode runs (memory holds the live state
-        and a chunk), and the episode returned holds all but its events, turns and curve."""
+        """Run every config, ``concurrency`` episodes at a time, and return their records in the
+        order of the configs (or ``emit`` each as it finishes, in the order they end: callers
+        pair results with configs by position). Episodes are independent; batching is shared.
+        ``configs`` may be an :class:`EpisodeSource` that decides when the next episode may start
+        (training gates episodes on the policy versions they are pinned to). With ``recorder``,
+        each episode's record streams to the recorder it gives as the episode runs (memory holds
+        the live state and a chunk), and the episode returned holds all but its events, turns
+        and curve."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         source = configs if isinstance(configs, EpisodeSource) else _IterSource(configs)
@@ -138,8 +141,10 @@ class Conductor:
         replay: Replay | None,
         recorder: Callable[[EpisodeConfig], Recorder] | None,
     ) -> list[Episode]:
-        done: list[Episode] = []
+        done: list[tuple[int, Episode]] = []  # (admission index, record): returned in that order
         live: list[LiveEpisode] = []
+        index: dict[LiveEpisode, int] = {}  # the live ones'
+        admissions = itertools.count()
         async with trio.open_nursery() as nursery:
 
             async def admit() -> None:
@@ -150,6 +155,7 @@ class Conductor:
                     sink = recorder(cfg) if recorder is not None else None
                     ep = LiveEpisode(cfg, self.quiet, self.program, replay, sink)
                     await nursery.start(ep.host)
+                    index[ep] = next(admissions)
                     live.append(ep)
 
             async def retire() -> None:
@@ -159,6 +165,7 @@ class Conductor:
                 await trio.lowlevel.checkpoint_if_cancelled()
                 for ep in [ep for ep in live if ep.ended]:
                     live.remove(ep)
+                    admitted = index.pop(ep)
                     record = ep.record()
                     log.debug(
                         "episode ended",
@@ -169,7 +176,7 @@ class Conductor:
                         events=ep.event_count,
                     )
                     if emit is None:
-                        done.append(record)
+                        done.append((admitted, record))
                     else:
                         result = emit(record)
                         if result is not None:
@@ -202,7 +209,7 @@ class Conductor:
                 for ep in live:
                     await ep.advance()
                 await retire()
-        return done
+        return [record for _, record in sorted(done, key=lambda pair: pair[0])]
 
     async def _think(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
         by_policy: dict[str, list[tuple[LiveEpisode, Actor, PolicyRequest]]] = {}

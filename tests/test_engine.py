@@ -11,7 +11,15 @@ from conftest import BUMPS, CHIMES, FRAGILE, HALTS, by_turn, run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective import Actor, Conductor, Episode, EpisodeConfig, default_program, run_episode
+from collective import (
+    Actor,
+    Conductor,
+    Episode,
+    EpisodeConfig,
+    default_program,
+    run_episode,
+    run_episodes,
+)
 from collective.records import (
     Committed,
     Delivered,
@@ -164,6 +172,21 @@ def test_a_run_stopped_with_agents_waiting_for_a_post_wakes_nobody(k: int) -> No
     script = lambda r: "wait 0" if r.agent == 0 else "look"  # noqa: E731
     cfg = EpisodeConfig(world=CHIMES, agents=2, time_limit=100, params={"times": [5.75, 30.0]})
     assert stopped_at_batch([cfg], StopsTheRun(ScriptedPolicy(script), k))
+
+
+def test_episodes_come_back_in_the_order_of_their_configs_whenever_they_end() -> None:
+    """Callers pair results with configs by position (a solo with its collective's instance,
+    an instance with its seed): the first config here ends last, yet comes back first, the
+    same episode as run alone."""
+    cfgs = [
+        EpisodeConfig(world="tally", agents=3, world_seed=seed, time_limit=limit)
+        for seed, limit in ((0, 120.0), (1, 15.0), (2, 60.0))
+    ]
+    together = run_episodes(cfgs, RandomPolicy(), concurrency=3)
+    assert together[0].duration > max(ep.duration for ep in together[1:])
+    assert [ep.config.world_seed for ep in together] == [0, 1, 2]
+    for cfg, ep in zip(cfgs, together, strict=True):
+        assert encode_episode(ep) == encode_episode(run_episode(cfg, RandomPolicy()))
 
 
 @pytest.mark.timeout(60)
