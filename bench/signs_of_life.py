@@ -332,20 +332,39 @@ def measurements(runs: dict[str, list[Path]]) -> list[str]:
     return jobs
 
 
-def measure(runs: dict[str, list[Path]], job: str, n: int) -> dict[str, Any]:
+def parts(job: str, seeds: int) -> list[str]:
+    """A measurement's parts, one per training seed (``JOB#i``); random has one (no seed)."""
+    return [f"{job}#{i}" for i in range(1 if job.split("|")[1] == "random" else seeds)]
+
+
+def measure(runs: dict[str, list[Path]], part: str, n: int) -> dict[str, Any]:
+    """One part: the measurement on seed ``i``'s run alone (the rows of a measurement are
+    computed seed by seed, so its parts stacked are the whole)."""
+    job, i = part.rsplit("#", 1)
     name, kind, *limit = job.split("|")
     if name == "latency":
-        return latency_curves(runs["main"], kind, n, team=8)
-    return evaluate(runs[name], kind, n, float(limit[0]))
+        return latency_curves(runs["main"][int(i) :][:1], kind, n, team=8)
+    return evaluate(runs[name][int(i) :][:1], kind, n, float(limit[0]))
+
+
+def stack(pieces: list[dict[str, Any]]) -> dict[str, Any]:
+    """A measurement from its parts: per-seed arrays stacked; the grid and limit are shared."""
+    shared = ("grid", "t_max")
+    return {
+        k: pieces[0][k] if k in shared else np.concatenate([p[k] for p in pieces])
+        for k in pieces[0]
+    }
 
 
 def measure_all(
     out: Path, runs: dict[str, list[Path]], n: int, jobs: int, forward: tuple[str, ...]
 ) -> dict[str, dict[str, Any]]:
-    """Every measurement, in this process (``jobs`` 1) or ``jobs`` child processes at a time
-    (``--measure-one``, each writing ``OUT/measured/<job>.npz``). Each is a function of the
-    runs' weights and the instances alone, so where it ran changes nothing."""
-    todo = measurements(runs)
+    """Every measurement, seed by seed, in this process (``jobs`` 1) or ``jobs`` child
+    processes at a time (``--measure-one``, each writing ``OUT/measured/<part>.npz``). Each part
+    is a function of one run's weights and the instances alone, so where it ran changes
+    nothing."""
+    seeds = len(next(iter(runs.values())))
+    todo = [part for job in measurements(runs) for part in parts(job, seeds)]
     t0 = time.perf_counter()
 
     def done(k: int, what: str) -> None:
@@ -355,28 +374,27 @@ def measure_all(
             flush=True,
         )
 
+    got: dict[str, dict[str, Any]] = {}
     if jobs <= 1:
-        res = {}
-        for k, job in enumerate(todo, 1):
-            res[job] = measure(runs, job, n)
-            done(k, job)
-        return res
-    seeds = len(next(iter(runs.values())))
-    missing = [job for job in todo if not measured_file(out, job, n, seeds).exists()]
-    if len(missing) < len(todo):  # kept from an interrupted run of the same runs and instances
-        print(f"[measure] {len(todo) - len(missing)} of {len(todo)} already measured", flush=True)
-    args = ["--out", str(out), *forward]
-    pool([(job, ["--measure-one", job, *args]) for job in missing], jobs, done)
-    res = {}
-    for job in todo:
-        with np.load(measured_file(out, job, n, seeds)) as z:
-            res[job] = {k: z[k] for k in z.files}
-    return res
+        for k, part in enumerate(todo, 1):
+            got[part] = measure(runs, part, n)
+            done(k, part)
+    else:
+        missing = [part for part in todo if not measured_file(out, part, n).exists()]
+        if len(missing) < len(todo):  # kept from an interrupted run of the same runs
+            print(f"[measure] {len(todo) - len(missing)} of {len(todo)} already measured")
+        args = ["--out", str(out), *forward]
+        pool([(part, ["--measure-one", part, *args]) for part in missing], jobs, done)
+        for part in todo:
+            with np.load(measured_file(out, part, n)) as z:
+                got[part] = {k: z[k] for k in z.files}
+    return {job: stack([got[p] for p in parts(job, seeds)]) for job in measurements(runs)}
 
 
-def measured_file(out: Path, job: str, n: int, seeds: int) -> Path:
-    """Where a child leaves a measurement (named by the instances and seeds it covers)."""
-    return out / "measured" / f"{job.replace('|', '-')}-n{n}-seeds{seeds}.npz"
+def measured_file(out: Path, part: str, n: int) -> Path:
+    """Where a child leaves a measurement's part (named by the instances it covers)."""
+    name = part.replace("|", "-").replace("#", "-seed")
+    return out / "measured" / f"{name}-n{n}.npz"
 
 
 # -- 3. performance against latency --------------------------------------------------------------
@@ -654,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     measure_forward = ("--seeds", str(len(seeds)), "--instances", str(n), "--only", ",".join(specs))
     if a.measure_one:  # one measurement, for measure_all's parallel jobs
         runs = {k: [a.out / "runs" / f"{k}-s{s}" for s in seeds] for k in specs}
-        path = measured_file(a.out, a.measure_one, n, len(seeds))
+        path = measured_file(a.out, a.measure_one, n)
         path.parent.mkdir(exist_ok=True)
         part = path.with_name(path.name + ".part.npz")
         np.savez(part, **measure(runs, a.measure_one, n))
