@@ -33,6 +33,7 @@ untrained baseline is three different untrained policies, not one counted three 
 
     python bench/signs_of_life.py                 # the full run (see README for its time)
     python bench/signs_of_life.py --quick --out /tmp/sol
+    python bench/signs_of_life.py --complete-only  # summarise the runs that finished, train none
 """
 
 from __future__ import annotations
@@ -332,19 +333,27 @@ def measurements(runs: dict[str, list[Path]]) -> list[str]:
     return jobs
 
 
-def parts(job: str, seeds: int) -> list[str]:
-    """A measurement's parts, one per training seed (``JOB#i``); random has one (no seed)."""
-    return [f"{job}#{i}" for i in range(1 if job.split("|")[1] == "random" else seeds)]
+def parts(job: str, runs: dict[str, list[Path]]) -> list[str]:
+    """A measurement's parts, one per training run (``JOB#SEED``); random has one (no seed)."""
+    name, kind = job.split("|")[:2]
+    rs = runs["main" if name == "latency" else name]
+    return [f"{job}#{_seed(r)}" for r in (rs[:1] if kind == "random" else rs)]
+
+
+def _seed(run: Path) -> int:
+    return int(run.name.rsplit("-s", 1)[1])
 
 
 def measure(runs: dict[str, list[Path]], part: str, n: int) -> dict[str, Any]:
-    """One part: the measurement on seed ``i``'s run alone (the rows of a measurement are
+    """One part: the measurement on one seed's run alone (the rows of a measurement are
     computed seed by seed, so its parts stacked are the whole)."""
-    job, i = part.rsplit("#", 1)
+    job, seed = part.rsplit("#", 1)
     name, kind, *limit = job.split("|")
+    rs = runs["main" if name == "latency" else name]
+    run = [r for r in rs if _seed(r) == int(seed)]
     if name == "latency":
-        return latency_curves(runs["main"][int(i) :][:1], kind, n, team=8)
-    return evaluate(runs[name][int(i) :][:1], kind, n, float(limit[0]))
+        return latency_curves(run, kind, n, team=8)
+    return evaluate(run, kind, n, float(limit[0]))
 
 
 def stack(pieces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -363,8 +372,7 @@ def measure_all(
     processes at a time (``--measure-one``, each writing ``OUT/measured/<part>.npz``). Each part
     is a function of one run's weights and the instances alone, so where it ran changes
     nothing."""
-    seeds = len(next(iter(runs.values())))
-    todo = [part for job in measurements(runs) for part in parts(job, seeds)]
+    todo = [part for job in measurements(runs) for part in parts(job, runs)]
     t0 = time.perf_counter()
 
     def done(k: int, what: str) -> None:
@@ -388,7 +396,7 @@ def measure_all(
         for part in todo:
             with np.load(measured_file(out, part, n)) as z:
                 got[part] = {k: z[k] for k in z.files}
-    return {job: stack([got[p] for p in parts(job, seeds)]) for job in measurements(runs)}
+    return {job: stack([got[p] for p in parts(job, runs)]) for job in measurements(runs)}
 
 
 def measured_file(out: Path, part: str, n: int) -> Path:
@@ -650,6 +658,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--train-one", default="", help=argparse.SUPPRESS)  # NAME:SEED, a child's job
     p.add_argument("--measure-one", default="", help=argparse.SUPPRESS)  # a measurement's job
+    p.add_argument(
+        "--complete-only",
+        action="store_true",
+        help="train nothing: summarise the runs already complete in --out (each variant with "
+        "the seeds that finished; one with none is left out)",
+    )
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     specs = variants(a.quick, a.steps or None)
@@ -678,7 +692,22 @@ def main(argv: list[str] | None = None) -> int:
         np.savez(part, **measure(runs, a.measure_one, n))
         part.rename(path)  # whole or absent: a rerun measures again what an interrupt cut
         return 0
-    runs = run_all(a.out, specs, seeds, a.jobs, forward)
+    if a.complete_only:
+        runs = {}
+        for name, fields in specs.items():
+            done = [
+                a.out / "runs" / f"{name}-s{s}"
+                for s in seeds
+                if (a.out / "runs" / f"{name}-s{s}" / "metrics.jsonl").exists()
+                and len(read_metrics(a.out / "runs" / f"{name}-s{s}")) >= fields["steps"]
+            ]
+            if done:
+                runs[name] = done
+        if "main" not in runs:
+            p.error(f"--complete-only: no complete main run in {a.out / 'runs'}")
+        print("complete runs: " + ", ".join(f"{k} {len(v)}" for k, v in runs.items()), flush=True)
+    else:
+        runs = run_all(a.out, specs, seeds, a.jobs, forward)
     t_train = time.perf_counter() - t0
     main_cfg = load_config(runs["main"][0] / "config.toml")
     teams = main_cfg.team_sizes
@@ -864,6 +893,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_seconds": _cpu(),  # this process and its training children, user + system
         "jobs": a.jobs,
         "seeds": seeds,
+        "complete_only": a.complete_only,
+        "seeds_by_run": {name: [_seed(r) for r in rs] for name, rs in runs.items()},
         "instances": n,
         "eval_time_limit": EVAL_T,
         "findings": findings,
@@ -891,6 +922,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             n_: {k: (v if isinstance(v, int | float | str) else str(v)) for k, v in f.items()}
             for n_, f in specs.items()
+            if n_ in runs
         },
         "metrics": {
             r.name: [msgspec.to_builtins(m) for m in read_metrics(r)]
@@ -939,10 +971,17 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
         "# Signs of life: results",
         "",
         "Written by `python bench/signs_of_life.py` (its docstring says what each figure is). "
-        f"quick={s['quick']}; seeds {s['seeds']}, {s['instances']} held-out instances per team "
-        f"size; {s['wall_seconds'] / 60:.1f} min in all ({s['train_seconds'] / 60:.1f} training, "
+        f"quick={s['quick']}; training seeds by run {s['seeds_by_run']}, {s['instances']} held-out "
+        f"instances per team size; {s['wall_seconds'] / 60:.1f} min in all "
+        f"({s['train_seconds'] / 60:.1f} training, "
         f"{s['jobs']} at a time), {s['cpu_seconds'] / 60:.1f} CPU min. Each training seed starts "
-        "from its own initial weights (the model's seed is the training seed).",
+        "from its own initial weights (the model's seed is the training seed)."
+        + (
+            " Summarised with --complete-only from the runs that had finished: the times above "
+            "are the summary's alone, not the training's."
+            if s.get("complete_only")
+            else ""
+        ),
         "Every figure: mean [95% bootstrap interval over seeds and instances]. Verdict: yes only "
         "when the interval clears every baseline (collective/intervals.py).",
         *(
