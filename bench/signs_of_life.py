@@ -28,8 +28,8 @@ The findings, as the reference work states them:
    organisation scores the better island). Each organisation's random and untrained baselines
    run through its own protocol (the same organisation, instances and limit).
 
-Each training seed starts from its own initial weights (the model's seed is the run's), so the
-untrained baseline is three different untrained policies, not one counted three times.
+Each training seed starts from its own initial weights (TrainConfig sets the model's seed to the
+run's), so the untrained baseline is three different untrained policies.
 
     python bench/signs_of_life.py                 # the full run (see README for its time)
     python bench/signs_of_life.py --quick --out /tmp/sol
@@ -118,10 +118,9 @@ ORGS = ("flat", "orchestrator", "islands")  # runs whose baselines need their ow
 
 
 def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
-    """Train (or finish) run ``name`` with training seed ``seed``; each seed starts from its own
-    initial weights too (the model's seed is the run's)."""
-    model = msgspec.structs.replace(fields["model"], seed=seed)
-    cfg = TrainConfig(**{**fields, "seed": seed, "model": model})
+    """Train (or finish) run ``name`` with training seed ``seed`` (TrainConfig gives the model
+    the same seed, so each seed starts from its own initial weights)."""
+    cfg = TrainConfig(**{**fields, "seed": seed})
     run = out / "runs" / f"{name}-s{seed}"
     if (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= cfg.steps:
         print(f"[{run.name}] already complete", flush=True)
