@@ -28,11 +28,12 @@ The findings, as the reference work states them:
    organisation scores the better island). Each organisation's random and untrained baselines
    run through its own protocol (the same organisation, instances and limit).
 
-Each training seed starts from its own initial weights (the model's seed is the run's), so the
-untrained baseline is three different untrained policies, not one counted three times.
+Each training seed starts from its own initial weights (TrainConfig sets the model's seed to the
+run's), so the untrained baseline is three different untrained policies.
 
     python bench/signs_of_life.py                 # the full run (see README for its time)
     python bench/signs_of_life.py --quick --out /tmp/sol
+    python bench/signs_of_life.py --complete-only  # summarise the runs that finished, train none
 """
 
 from __future__ import annotations
@@ -121,10 +122,9 @@ ORGS = ("flat", "orchestrator", "islands")  # runs whose baselines need their ow
 
 
 def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
-    """Train (or finish) run ``name`` with training seed ``seed``; each seed starts from its own
-    initial weights too (the model's seed is the run's)."""
-    model = msgspec.structs.replace(fields["model"], seed=seed)
-    cfg = TrainConfig(**{**fields, "seed": seed, "model": model})
+    """Train (or finish) run ``name`` with training seed ``seed`` (TrainConfig gives the model
+    the same seed, so each seed starts from its own initial weights)."""
+    cfg = TrainConfig(**{**fields, "seed": seed})
     run = out / "runs" / f"{name}-s{seed}"
     if (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= cfg.steps:
         print(f"[{run.name}] already complete", flush=True)
@@ -336,20 +336,46 @@ def measurements(runs: dict[str, list[Path]]) -> list[str]:
     return jobs
 
 
-def measure(runs: dict[str, list[Path]], job: str, n: int) -> dict[str, Any]:
+def parts(job: str, runs: dict[str, list[Path]]) -> list[str]:
+    """A measurement's parts, one per training run (``JOB#SEED``); random has one (no seed)."""
+    name, kind = job.split("|")[:2]
+    rs = runs["main" if name == "latency" else name]
+    return [f"{job}#{_seed(r)}" for r in (rs[:1] if kind == "random" else rs)]
+
+
+def _seed(run: Path) -> int:
+    return int(run.name.rsplit("-s", 1)[1])
+
+
+def measure(runs: dict[str, list[Path]], part: str, n: int) -> dict[str, Any]:
+    """One part: the measurement on one seed's run alone (the rows of a measurement are
+    computed seed by seed, so its parts stacked are the whole)."""
+    job, seed = part.rsplit("#", 1)
     name, kind, *limit = job.split("|")
+    rs = runs["main" if name == "latency" else name]
+    run = [r for r in rs if _seed(r) == int(seed)]
     if name == "latency":
-        return latency_curves(runs["main"], kind, n, team=8)
-    return evaluate(runs[name], kind, n, float(limit[0]))
+        return latency_curves(run, kind, n, team=8)
+    return evaluate(run, kind, n, float(limit[0]))
+
+
+def stack(pieces: list[dict[str, Any]]) -> dict[str, Any]:
+    """A measurement from its parts: per-seed arrays stacked; the grid and limit are shared."""
+    shared = ("grid", "t_max")
+    return {
+        k: pieces[0][k] if k in shared else np.concatenate([p[k] for p in pieces])
+        for k in pieces[0]
+    }
 
 
 def measure_all(
     out: Path, runs: dict[str, list[Path]], n: int, jobs: int, forward: tuple[str, ...]
 ) -> dict[str, dict[str, Any]]:
-    """Every measurement, in this process (``jobs`` 1) or ``jobs`` child processes at a time
-    (``--measure-one``, each writing ``OUT/measured/<job>.npz``). Each is a function of the
-    runs' weights and the instances alone, so where it ran changes nothing."""
-    todo = measurements(runs)
+    """Every measurement, seed by seed, in this process (``jobs`` 1) or ``jobs`` child
+    processes at a time (``--measure-one``, each writing ``OUT/measured/<part>.npz``). Each part
+    is a function of one run's weights and the instances alone, so where it ran changes
+    nothing."""
+    todo = [part for job in measurements(runs) for part in parts(job, runs)]
     t0 = time.perf_counter()
 
     def done(k: int, what: str) -> None:
@@ -359,28 +385,27 @@ def measure_all(
             flush=True,
         )
 
+    got: dict[str, dict[str, Any]] = {}
     if jobs <= 1:
-        res = {}
-        for k, job in enumerate(todo, 1):
-            res[job] = measure(runs, job, n)
-            done(k, job)
-        return res
-    seeds = len(next(iter(runs.values())))
-    missing = [job for job in todo if not measured_file(out, job, n, seeds).exists()]
-    if len(missing) < len(todo):  # kept from an interrupted run of the same runs and instances
-        print(f"[measure] {len(todo) - len(missing)} of {len(todo)} already measured", flush=True)
-    args = ["--out", str(out), *forward]
-    pool([(job, ["--measure-one", job, *args]) for job in missing], jobs, done)
-    res = {}
-    for job in todo:
-        with np.load(measured_file(out, job, n, seeds)) as z:
-            res[job] = {k: z[k] for k in z.files}
-    return res
+        for k, part in enumerate(todo, 1):
+            got[part] = measure(runs, part, n)
+            done(k, part)
+    else:
+        missing = [part for part in todo if not measured_file(out, part, n).exists()]
+        if len(missing) < len(todo):  # kept from an interrupted run of the same runs
+            print(f"[measure] {len(todo) - len(missing)} of {len(todo)} already measured")
+        args = ["--out", str(out), *forward]
+        pool([(part, ["--measure-one", part, *args]) for part in missing], jobs, done)
+        for part in todo:
+            with np.load(measured_file(out, part, n)) as z:
+                got[part] = {k: z[k] for k in z.files}
+    return {job: stack([got[p] for p in parts(job, runs)]) for job in measurements(runs)}
 
 
-def measured_file(out: Path, job: str, n: int, seeds: int) -> Path:
-    """Where a child leaves a measurement (named by the instances and seeds it covers)."""
-    return out / "measured" / f"{job.replace('|', '-')}-n{n}-seeds{seeds}.npz"
+def measured_file(out: Path, part: str, n: int) -> Path:
+    """Where a child leaves a measurement's part (named by the instances it covers)."""
+    name = part.replace("|", "-").replace("#", "-seed")
+    return out / "measured" / f"{name}-n{n}.npz"
 
 
 # -- 3. performance against latency --------------------------------------------------------------
@@ -636,6 +661,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--train-one", default="", help=argparse.SUPPRESS)  # NAME:SEED, a child's job
     p.add_argument("--measure-one", default="", help=argparse.SUPPRESS)  # a measurement's job
+    p.add_argument(
+        "--complete-only",
+        action="store_true",
+        help="train nothing: summarise the runs already complete in --out (each variant with "
+        "the seeds that finished; one with none is left out)",
+    )
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     specs = variants(a.quick, a.steps or None)
@@ -658,13 +689,28 @@ def main(argv: list[str] | None = None) -> int:
     measure_forward = ("--seeds", str(len(seeds)), "--instances", str(n), "--only", ",".join(specs))
     if a.measure_one:  # one measurement, for measure_all's parallel jobs
         runs = {k: [a.out / "runs" / f"{k}-s{s}" for s in seeds] for k in specs}
-        path = measured_file(a.out, a.measure_one, n, len(seeds))
+        path = measured_file(a.out, a.measure_one, n)
         path.parent.mkdir(exist_ok=True)
         part = path.with_name(path.name + ".part.npz")
         np.savez(part, **measure(runs, a.measure_one, n))
         part.rename(path)  # whole or absent: a rerun measures again what an interrupt cut
         return 0
-    runs = run_all(a.out, specs, seeds, a.jobs, forward)
+    if a.complete_only:
+        runs = {}
+        for name, fields in specs.items():
+            done = [
+                a.out / "runs" / f"{name}-s{s}"
+                for s in seeds
+                if (a.out / "runs" / f"{name}-s{s}" / "metrics.jsonl").exists()
+                and len(read_metrics(a.out / "runs" / f"{name}-s{s}")) >= fields["steps"]
+            ]
+            if done:
+                runs[name] = done
+        if "main" not in runs:
+            p.error(f"--complete-only: no complete main run in {a.out / 'runs'}")
+        print("complete runs: " + ", ".join(f"{k} {len(v)}" for k, v in runs.items()), flush=True)
+    else:
+        runs = run_all(a.out, specs, seeds, a.jobs, forward)
     t_train = time.perf_counter() - t0
     main_cfg = load_config(runs["main"][0] / "config.toml")
     teams = main_cfg.team_sizes
@@ -850,6 +896,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_seconds": _cpu(),  # this process and its training children, user + system
         "jobs": a.jobs,
         "seeds": seeds,
+        "complete_only": a.complete_only,
+        "seeds_by_run": {name: [_seed(r) for r in rs] for name, rs in runs.items()},
         "instances": n,
         "eval_time_limit": EVAL_T,
         "findings": findings,
@@ -877,6 +925,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             n_: {k: (v if isinstance(v, int | float | str) else str(v)) for k, v in f.items()}
             for n_, f in specs.items()
+            if n_ in runs
         },
         "metrics": {
             r.name: [msgspec.to_builtins(m) for m in read_metrics(r)]
@@ -925,10 +974,17 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
         "# Signs of life: results",
         "",
         "Written by `python bench/signs_of_life.py` (its docstring says what each figure is). "
-        f"quick={s['quick']}; seeds {s['seeds']}, {s['instances']} held-out instances per team "
-        f"size; {s['wall_seconds'] / 60:.1f} min in all ({s['train_seconds'] / 60:.1f} training, "
+        f"quick={s['quick']}; training seeds by run {s['seeds_by_run']}, {s['instances']} held-out "
+        f"instances per team size; {s['wall_seconds'] / 60:.1f} min in all "
+        f"({s['train_seconds'] / 60:.1f} training, "
         f"{s['jobs']} at a time), {s['cpu_seconds'] / 60:.1f} CPU min. Each training seed starts "
-        "from its own initial weights (the model's seed is the training seed).",
+        "from its own initial weights (the model's seed is the training seed)."
+        + (
+            " Summarised with --complete-only from the runs that had finished: the times above "
+            "are the summary's alone, not the training's."
+            if s.get("complete_only")
+            else ""
+        ),
         "Every figure: mean [95% bootstrap interval over seeds and instances]. Verdict: yes only "
         "when the interval clears every baseline (collective/intervals.py).",
         *(
