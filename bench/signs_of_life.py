@@ -402,10 +402,21 @@ def measure_all(
     return {job: stack([got[p] for p in parts(job, runs)]) for job in measurements(runs)}
 
 
+MEASURE_VERSION = 2  # bump when what a measurement computes changes (2: episodes in config order)
+
+
 def measured_file(out: Path, part: str, n: int) -> Path:
-    """Where a child leaves a measurement's part (named by the instances it covers)."""
+    """Where a child leaves a measurement's part, named by what it is a function of: the
+    instances it covers, the steps its run had finished (a resumed or retrained run's old
+    measurements are not reused) and the measurement's version."""
+    job, seed = part.rsplit("#", 1)
+    variant = job.split("|")[0]
+    metrics = (
+        out / "runs" / f"{'main' if variant == 'latency' else variant}-s{seed}" / "metrics.jsonl"
+    )
+    steps = len(metrics.read_text().splitlines()) if metrics.exists() else 0
     name = part.replace("|", "-").replace("#", "-seed")
-    return out / "measured" / f"{name}-n{n}.npz"
+    return out / "measured" / f"{name}-n{n}-steps{steps}-v{MEASURE_VERSION}.npz"
 
 
 # -- 3. performance against latency --------------------------------------------------------------
