@@ -666,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
     p.add_argument("--seeds", type=int, default=0, help="training seeds (default 3; quick 1)")
     p.add_argument("--steps", type=int, default=0, help="training steps (default 10; quick 2)")
-    p.add_argument("--instances", type=int, default=0, help="held-out instances (default 4)")
+    p.add_argument("--instances", type=int, default=0, help="held-out instances (default 8)")
     p.add_argument(
         "--jobs", type=int, default=2, help="training runs at once (default 2: the two cores)"
     )
@@ -694,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--only must include main: every finding compares against the main run")
     specs = {k: v for k, v in specs.items() if only is None or k in only}
     seeds = list(range(a.seeds or (1 if a.quick else 3)))
-    n = a.instances or (2 if a.quick else 4)
+    n = a.instances or (2 if a.quick else 8)
     a.out.mkdir(parents=True, exist_ok=True)
     forward = (*(["--quick"] if a.quick else []), *(["--steps", str(a.steps)] if a.steps else []))
     measure_forward = ("--seeds", str(len(seeds)), "--instances", str(n), "--only", ",".join(specs))
