@@ -236,7 +236,7 @@ class Liar(World):
         return self.count / 10
 
 
-class Halts(World):
+class Halts(Bumps):
     """``halt`` stops the run around the conductor in the middle of an instant, as a training
     run that stops its rollouts does while a tool is out: it cancels the nursery the
     conductor's task runs in, then awaits; ``shielded``, to the end (as a worker thread's
@@ -246,12 +246,6 @@ class Halts(World):
     def __init__(self, n_agents: int = 1, seed: int = 0, shielded: bool = False) -> None:
         super().__init__(n_agents, seed)
         self.shielded = shielded
-        self.count = 0
-
-    @tool(duration=1.0)
-    def bump(self, agent: int) -> str:
-        self.count += 1
-        return "ok"
 
     @tool(duration=1.0)
     async def halt(self, agent: int) -> str:
@@ -261,9 +255,3 @@ class Halts(World):
         with trio.CancelScope(shield=self.shielded):
             await trio.sleep(0)
         return "halted"
-
-    def observe(self, agent: int) -> str:
-        return f"count {self.count}"
-
-    def score(self) -> float:
-        return min(1.0, self.count / 100)
