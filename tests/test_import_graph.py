@@ -11,6 +11,7 @@ counts as an import of NAME's home module (``collective/__init__.py`` loads it o
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +27,7 @@ def _modules(pkg: str) -> dict[str, Path]:
     return out
 
 
+@functools.cache
 def _homes() -> dict[str, str]:
     """``collective/__init__.py``'s lazily loaded names and the modules they come from."""
     tree = ast.parse((ROOT / "collective" / "__init__.py").read_text())
