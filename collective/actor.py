@@ -25,7 +25,9 @@ from collective.seeding import derive
 from collective.world import World
 from policy.base import PolicyRequest, PolicyResponse
 
-THINK, ACT = 0, 1
+# What a parked actor asks for: a policy answer, an action, or (the default program's turn) a
+# policy answer acted on as given, which the conductor carries through without waking it.
+THINK, ACT, THINK_ACT = 0, 1, 2
 
 
 class Stage(Protocol):
@@ -76,6 +78,7 @@ class Actor:
         "role",
         "space",
         "task",
+        "then_act",
         "turn",
         "turn_record",
         "wait_token",
@@ -103,6 +106,7 @@ class Actor:
         self.wait_token = 0
         self.alive = True
         self.parked = False
+        self.then_act = False  # its answer in flight is to be acted on as given (THINK_ACT)
 
     # -- what an agent program calls ------------------------------------------------------------
 
@@ -112,6 +116,17 @@ class Actor:
 
     def think(self, prompt: str) -> Coroutine[Any, Any, PolicyResponse]:
         """Ask the shared policy for the next action; answered at the next quiescence batch."""
+        return self.ep.park(self, THINK, self._request(prompt))
+
+    def think_and_act(self, prompt: str) -> Coroutine[Any, Any, str]:
+        """``act((await think(prompt)).text)`` in one park: returns the action's result.
+
+        The same requests, in the same instants and the same order, as the two calls; but the
+        answer is handed straight to the action without resuming this task in between, so a
+        turn costs trio one wake-and-park instead of two (the default program's whole turn)."""
+        return self.ep.park(self, THINK_ACT, self._request(prompt))
+
+    def _request(self, prompt: str) -> PolicyRequest:
         ep = self.ep
         self.space = ep.space_for(self.role, self.group)  # grows when agents are hired
         req = PolicyRequest(
@@ -127,7 +142,7 @@ class Actor:
             version=ep.cfg.policy_version if self.policy_key == "trained" else -1,
         )
         self.turn += 1
-        return ep.park(self, THINK, req)
+        return req
 
     def act(self, text: str) -> Coroutine[Any, Any, str]:
         """Take one action (validated by the conductor); returns its result when it lands."""
@@ -172,5 +187,4 @@ async def default_program(actor: Actor) -> None:
     """
     result = "you have just started"
     while True:
-        response = await actor.think(actor.prompt(result))
-        result = await actor.act(response.text)
+        result = await actor.think_and_act(actor.prompt(result))

@@ -32,7 +32,8 @@ from collective.actions import (
     parse_action,
 )
 from collective.actor import (
-    THINK,
+    ACT,
+    THINK_ACT,
     Actor,
     Dismissed,
     Program,
@@ -294,7 +295,8 @@ class LiveEpisode:
         for actor in pending:
             kind, payload = actor.request  # type: ignore[misc]
             actor.request = None
-            if kind == THINK:
+            if kind != ACT:  # THINK, or THINK_ACT
+                actor.then_act = kind == THINK_ACT
                 req: PolicyRequest = payload  # type: ignore[assignment]
                 self.emit(
                     Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
@@ -494,7 +496,15 @@ class LiveEpisode:
             self.open_turns[id(turn)] = self.written_turns + len(self.turns)
         self.turns.append(turn)
         actor.turn_record = turn
-        self._resume(actor, resp)
+        if actor.then_act:
+            # think_and_act: the answer becomes the action the actor would take on waking, as
+            # if it had (it stays parked; the action starts at quiescence, in id order, as one
+            # parked with act would). One wake-and-park per turn instead of two.
+            actor.then_act = False
+            actor.request = (ACT, resp.text)
+            self.pending.append(actor)
+        else:
+            self._resume(actor, resp)
 
     def _turn(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse, at: float) -> Turn:
         return Turn(
@@ -675,9 +685,11 @@ class LiveEpisode:
             self._stop_waiting(target)
         if target.parked:
             # Parked on an in-flight request or a wait: end its program now. Its agenda entries
-            # are skipped because it is no longer alive. (If it was resumed at this very
+            # are skipped because it is no longer alive, and an action it was handed at this
+            # instant (think_and_act) is never started. (If it was resumed at this very
             # instant, its next park raises Dismissed instead.)
             target.parked = False
+            target.request = None
             self._wake_task(target.task, outcome.Error(Dismissed()))
         return True, f"fired agent {target_id}"
 

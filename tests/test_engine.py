@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 import trio
 from conftest import BUMPS, CHIMES, FRAGILE, HALTS, by_turn, run
@@ -16,6 +17,7 @@ from collective import (
     Conductor,
     Episode,
     EpisodeConfig,
+    LatencyModel,
     default_program,
     run_episode,
     run_episodes,
@@ -80,6 +82,47 @@ def test_same_seed_same_bytes_whatever_trio_does(cfg: EpisodeConfig) -> None:
     plain = encode_episode(run_episode(cfg, RandomPolicy()))
     shaken = encode_episode(run_episode(cfg, RandomPolicy(), program=jittery_program))
     assert plain == shaken
+
+
+async def two_parks(actor: Actor) -> None:
+    """The default program written as a think and then an act: two parks a turn."""
+    result = "you have just started"
+    while True:
+        response = await actor.think(actor.prompt(result))
+        result = await actor.act(response.text)
+
+
+@given(configs, st.sampled_from(["flat", "ceo", "islands:3", "orchestrator"]))
+def test_think_and_act_is_a_think_then_an_act(cfg: EpisodeConfig, org: str) -> None:
+    """The default program's one park a turn (``Actor.think_and_act``) records the same
+    episode, byte for byte, as a think and an act, under every organisation (hires, fires,
+    messages and posts included)."""
+    cfg = msgspec.structs.replace(cfg, org=org)
+    fused = encode_episode(run_episode(cfg, RandomPolicy()))
+    assert fused == encode_episode(run_episode(cfg, RandomPolicy(), program=two_parks))
+
+
+def test_an_answer_landing_as_its_agent_is_fired_is_never_acted_on() -> None:
+    """Agent 1's second answer lands at t=6, the instant agent 0's fire of it lands (answers
+    land first). With think_and_act the answer is already the actor's pending action when the
+    fire lands: the fire must cancel it, as it stops a woken actor from acting."""
+
+    def script(req: PolicyRequest) -> str:
+        if req.agent == 0:
+            return ("hire worker", "sleep 1", "fire 1")[req.turn] if req.turn < 3 else "wait 0"
+        return "mark red" if req.turn == 0 else "add 1"
+
+    every_tick = LatencyModel(overhead=0.5, prefill_tps=1e9, decode_tps=1e9, tick=1.0)
+    cfg = EpisodeConfig(world="tally", agents=1, budget=1, time_limit=30, latency=every_tick)
+    for program in (default_program, two_parks):
+        ep = run_episode(cfg, ScriptedPolicy(script), program=program)
+        fired = next(e for e in ep.events if type(e).__name__ == "Fired")
+        thought = next(t for t in ep.turns if t.agent == 1 and t.turn == 1)
+        assert (fired.t, fired.target, thought.answered) == (6.0, 1, 6.0)
+        assert thought.kind == "", "the answer was acted on"
+        began = [e for e in ep.events if type(e).__name__ == "Began" and e.agent == 1]
+        assert [e.text for e in began] == ["mark red"]
+        assert ep.end == "idle" and verify(ep) is None
 
 
 @pytest.mark.parametrize("middle", ["bump", "abump"])
