@@ -110,9 +110,9 @@ class Actor:
 
     # -- what an agent program calls ------------------------------------------------------------
 
-    # think and act are plain functions that return the parking coroutine rather than
-    # coroutines of their own: ``await actor.think(p)`` reads the same, and a turn creates two
-    # coroutine frames fewer, and an idle agent holds one frame less.
+    # think, act and think_and_act are plain functions that return the parking coroutine
+    # rather than coroutines of their own: ``await actor.think(p)`` reads the same, a park
+    # creates one coroutine frame fewer, and an idle agent holds one frame less.
 
     def think(self, prompt: str) -> Coroutine[Any, Any, PolicyResponse]:
         """Ask the shared policy for the next action; answered at the next quiescence batch."""

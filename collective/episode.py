@@ -219,8 +219,9 @@ class LiveEpisode:
 
     def park(self, actor: Actor, kind: int, payload: object) -> Coroutine[Any, Any, Any]:
         """Park ``actor`` with its request: the coroutine returned is the wait, and the actor
-        awaits it at once (``Actor.think``, ``Actor.act``). A plain function returning trio's
-        wait rather than a coroutine of its own: one frame fewer per park, twice per turn."""
+        awaits it at once (``Actor.think``, ``Actor.act``, ``Actor.think_and_act``). A plain
+        function returning trio's wait rather than a coroutine of its own: one frame fewer per
+        park."""
         if not actor.alive:
             raise Dismissed()  # fired at the instant it was resumed, before it could run
         if self.ended:
