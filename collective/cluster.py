@@ -50,7 +50,7 @@ import trio
 from collective.config import ClusterConfig, TrainConfig
 from collective.log import get_logger
 from collective.records import Episode, EpisodeConfig, decode_episode, episode_file_bytes
-from collective.rollouts import Rollouts, VersionedPolicy, team_config
+from collective.rollouts import RolloutArgs, Rollouts, VersionedPolicy, team_config
 
 log = get_logger("collective.cluster")
 
@@ -251,7 +251,7 @@ def _nowhere() -> Any:
 class RayRollouts(Rollouts):
     """Episodes run by Ray actors, a share of each step per worker; see the module docstring."""
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: *RolloutArgs) -> None:
         super().__init__(*args)
         cfg, first_step = self.cfg, self.first_step
         if uses_fleet(cfg) and cfg.cluster.address and cfg.hf_server.startswith("sglang:launch"):

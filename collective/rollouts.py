@@ -146,6 +146,12 @@ class VersionedPolicy:
         return None
 
 
+# What every kind of rollouts is built from, in ``Rollouts.__init__``'s order: the config, the
+# run directory, the first step, the backend, the model, the weights being served. A subclass
+# takes them as ``*args: *RolloutArgs`` and hands them on, so the list is written once.
+RolloutArgs = tuple[TrainConfig, RunDir, int, Any, Any, dict[int, Any]]
+
+
 class Rollouts:
     """Finished episodes, gathered into a step's groups. Subclasses run the episodes and hand
     each one, as it finishes, to ``finished``; it is saved in the run directory before anyone
@@ -223,7 +229,7 @@ class LocalRollouts(Rollouts):
     (everyone thinking at an instant is one policy batch), served by the backend's policy (a
     frozen copy of each live version's weights, or an SGLang fleet)."""
 
-    def __init__(self, *args: Any, frozen: Policy | None = None) -> None:
+    def __init__(self, *args: *RolloutArgs, frozen: Policy | None = None) -> None:
         super().__init__(*args)
         self.frozen = frozen  # the orchestrator's sub-agents' policy, if any
         self.schedule = Schedule(self.cfg, self.first_group, self.on_disk, pin=self.backend.pinned)
