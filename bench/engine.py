@@ -312,11 +312,6 @@ def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-def run_engine(cfg: EpisodeConfig, policy: Any) -> tuple[int, str, Episode]:
-    turns, order, ep = play_engine(cfg, policy)
-    return turns, order(), ep
-
-
 # A system plays a case and returns its agent-turns and how to digest its event order: the
 # comparison stops its clock before the digest, which witnesses determinism and is no part of
 # any system's work (the engine's digest encodes its whole record, the others' a short log).
@@ -429,16 +424,19 @@ def determinism(agents: int, limit: float, most: float) -> dict[str, Any]:
     cfg = EpisodeConfig(world=CROWD, agents=agents, org="city", time_limit=limit, max_wait=30)
     out: dict[str, Any] = {"agents": agents, "sim_seconds": limit, "jitter_s": most}
     runs: dict[str, list[tuple[str, float]]] = {"engine": [], "asyncio_rounds": [], "simpy": []}
-    for _ in range(2):
+    for _ in range(2):  # (each clock stops before the digest, as in compare)
         t0 = time.perf_counter()
-        _, order, ep = run_engine(cfg, Jittery(SparsePolicy(1.0), most, trio.sleep))
-        runs["engine"].append((order, time.perf_counter() - t0))
+        _, order, ep = play_engine(cfg, Jittery(SparsePolicy(1.0), most, trio.sleep))
+        wall = time.perf_counter() - t0
+        runs["engine"].append((order(), wall))
         t0 = time.perf_counter()
         town = run_rounds(cfg, Jittery(SparsePolicy(1.0), most, asyncio.sleep))  # type: ignore[arg-type]
-        runs["asyncio_rounds"].append((town.digest(), time.perf_counter() - t0))
+        wall = time.perf_counter() - t0
+        runs["asyncio_rounds"].append((town.digest(), wall))
         t0 = time.perf_counter()
         town = run_simpy(cfg, Jittery(SparsePolicy(1.0), most, trio.sleep))  # type: ignore[arg-type]
-        runs["simpy"].append((town.digest(), time.perf_counter() - t0))
+        wall = time.perf_counter() - t0
+        runs["simpy"].append((town.digest(), wall))
     for name, pair in runs.items():
         out[name] = {
             "digests": [d for d, _ in pair],
