@@ -447,13 +447,19 @@ def determinism(agents: int, limit: float, most: float) -> dict[str, Any]:
     return out
 
 
+# Agents stepped per instant by the floors below: two (where trio's per-instant round trip
+# weighs most) and 70, the mean batch of the 1,000-agent sweep point (``batch_mean``).
+FLOOR_AGENTS = (2, 70)
+
+
 def trio_floor(rounds: int = 50_000) -> dict[str, float]:
-    """What trio alone costs per simulated instant, nothing else: a conductor task wakes two
-    parked tasks, they park again, the last one wakes the conductor (the engine's pattern, with
-    ``wait_task_rescheduled`` and ``reschedule``), and no work in between."""
+    """What trio alone costs, nothing else: a conductor task wakes ``n`` parked tasks, they
+    park again, the last one wakes the conductor (the engine's pattern, with
+    ``wait_task_rescheduled`` and ``reschedule``), and no work in between. Per instant with
+    two agents, and per agent-step with each of ``FLOOR_AGENTS`` stepped per instant."""
     import outcome
 
-    async def main() -> float:
+    async def main(n: int, rounds: int) -> float:
         parked: list[Any] = []
         state = {"runnable": 0, "conductor": None}
 
@@ -470,7 +476,7 @@ def trio_floor(rounds: int = 50_000) -> dict[str, float]:
                 await trio.lowlevel.wait_task_rescheduled(abort)
 
         async with trio.open_nursery() as nursery:
-            for _ in range(2):
+            for _ in range(n):
                 state["runnable"] += 1
                 nursery.start_soon(actor)
             t0 = time.perf_counter()
@@ -487,28 +493,51 @@ def trio_floor(rounds: int = 50_000) -> dict[str, float]:
             nursery.cancel_scope.cancel()
         return seconds
 
+    out = {}
     with roomy_gc():
-        seconds = trio.run(main)
-    return {"instant_with_two_agents_us": seconds / rounds * 1e6}
+        for n in FLOOR_AGENTS:
+            steps = max(rounds * 2 // n, 200)
+            seconds = trio.run(main, n, steps)
+            if n == 2:
+                out["instant_with_two_agents_us"] = seconds / steps * 1e6
+            out[f"agent_step_us_{n}_per_instant"] = seconds / steps / n * 1e6
+    return out
 
 
 def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
-    """SimPy's counterpart of ``trio_floor``: two processes that each yield a timeout of one
-    simulated second, so every instant steps both of them, and no work in between."""
+    """SimPy's counterpart of ``trio_floor``: processes that each yield a timeout of one
+    simulated second, so every instant steps all of them, and no work in between."""
     import simpy
 
     def proc(env: simpy.Environment) -> Any:
         while True:
             yield env.timeout(1)
 
-    env = simpy.Environment()
-    for _ in range(2):
-        env.process(proc(env))
-    with roomy_gc():
-        t0 = time.perf_counter()
-        env.run(until=rounds)
-        seconds = time.perf_counter() - t0
-    return {"instant_with_two_agents_us": seconds / rounds * 1e6}
+    out = {}
+    for n in FLOOR_AGENTS:
+        steps = max(rounds * 2 // n, 200)
+        env = simpy.Environment()
+        for _ in range(n):
+            env.process(proc(env))
+        with roomy_gc():
+            t0 = time.perf_counter()
+            env.run(until=steps)
+            seconds = time.perf_counter() - t0
+        if n == 2:
+            out["instant_with_two_agents_us"] = seconds / steps * 1e6
+        out[f"agent_step_us_{n}_per_instant"] = seconds / steps / n * 1e6
+    return out
+
+
+def floors_text(trio_bare: dict[str, float], simpy_bare: dict[str, float]) -> str:
+    many = f"agent_step_us_{FLOOR_AGENTS[-1]}_per_instant"
+    return (
+        f"bare scheduling, one instant stepping two agents: trio "
+        f"{trio_bare['instant_with_two_agents_us']:.1f} µs, SimPy "
+        f"{simpy_bare['instant_with_two_agents_us']:.1f} µs; per agent-step with "
+        f"{FLOOR_AGENTS[-1]} an instant: trio {trio_bare[many]:.2f} µs, "
+        f"SimPy {simpy_bare[many]:.2f} µs"
+    )
 
 
 # -- the million ---------------------------------------------------------------------------------
@@ -923,11 +952,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         comparison = compare([1_000, 10_000], [1.0, 0.1, 0.01], cmp_turns, repeats, show)
         report_comparison(comparison)
         floors = {"trio_floor": trio_floor(), "simpy_floor": simpy_floor()}
-        print(
-            "one instant waking two agents and nothing else: trio "
-            f"{floors['trio_floor']['instant_with_two_agents_us']:.1f} µs, SimPy "
-            f"{floors['simpy_floor']['instant_with_two_agents_us']:.1f} µs"
-        )
+        print(floors_text(floors["trio_floor"], floors["simpy_floor"]))
         write(
             {"environment": {**env, "load_after": load()}, "comparison": comparison, **floors},
             out_dir / "comparison.json",
@@ -956,10 +981,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     det = determinism(*jitter)
     floor = trio_floor()
     simpy_bare = simpy_floor()
-    print(
-        f"trio alone, one instant waking two agents: {floor['instant_with_two_agents_us']:.1f} µs; "
-        f"SimPy alone, one instant stepping two: {simpy_bare['instant_with_two_agents_us']:.1f} µs"
-    )
+    print(floors_text(floor, simpy_bare))
     print(
         "jittery policy, same order twice: "
         + ", ".join(
