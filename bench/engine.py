@@ -493,15 +493,7 @@ def trio_floor(rounds: int = 50_000) -> dict[str, float]:
             nursery.cancel_scope.cancel()
         return seconds
 
-    out = {}
-    with roomy_gc():
-        for n in FLOOR_AGENTS:
-            steps = max(rounds * 2 // n, 200)
-            seconds = trio.run(main, n, steps)
-            if n == 2:
-                out["instant_with_two_agents_us"] = seconds / steps * 1e6
-            out[f"agent_step_us_{n}_per_instant"] = seconds / steps / n * 1e6
-    return out
+    return _floor_figures(lambda n, steps: trio.run(main, n, steps), rounds)
 
 
 def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
@@ -513,16 +505,26 @@ def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
         while True:
             yield env.timeout(1)
 
-    out = {}
-    for n in FLOOR_AGENTS:
-        steps = max(rounds * 2 // n, 200)
+    def seconds_for(n: int, steps: int) -> float:
         env = simpy.Environment()
         for _ in range(n):
             env.process(proc(env))
+        t0 = time.perf_counter()
+        env.run(until=steps)
+        return time.perf_counter() - t0
+
+    return _floor_figures(seconds_for, rounds)
+
+
+def _floor_figures(seconds_for: Callable[[int, int], float], rounds: int) -> dict[str, float]:
+    """A floor's figures from ``seconds_for(n, steps)``, the time ``steps`` instants of ``n``
+    agents each take: per instant with two agents, per agent-step with each of
+    ``FLOOR_AGENTS``. About ``2 * rounds`` agent-steps each."""
+    out = {}
+    for n in FLOOR_AGENTS:
+        steps = max(rounds * 2 // n, 200)
         with roomy_gc():
-            t0 = time.perf_counter()
-            env.run(until=steps)
-            seconds = time.perf_counter() - t0
+            seconds = seconds_for(n, steps)
         if n == 2:
             out["instant_with_two_agents_us"] = seconds / steps * 1e6
         out[f"agent_step_us_{n}_per_instant"] = seconds / steps / n * 1e6
