@@ -107,6 +107,9 @@ class Conductor:
 
     # -- the loop ---------------------------------------------------------------------------------
 
+    # Ctrl-C (KeyboardInterrupt) reaches the engine only where the conductor awaits, never
+    # between two lines of its bookkeeping: see ``LiveEpisode.host``.
+    @trio.lowlevel.enable_ki_protection
     async def play(
         self,
         configs: Iterable[EpisodeConfig] | EpisodeSource,

@@ -177,9 +177,18 @@ class LiveEpisode:
 
     # -- setup ----------------------------------------------------------------------------------
 
+    @trio.lowlevel.enable_ki_protection
     async def host(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Own the episode's nursery: its actors live and die in it, and the time limit cancels
-        it (structured concurrency: nothing outlives its episode)."""
+        it (structured concurrency: nothing outlives its episode).
+
+        The episode's tasks (this one, its actors', and the conductor's) are protected from
+        KeyboardInterrupt: trio raises Ctrl-C in the main task at its next checkpoint instead of
+        in whatever line of theirs was running. Raised between two lines, it could leave an
+        actor taken off its park but never rescheduled (``_resume`` before ``_release``), and
+        trio would then wait for it forever. Code they call (a world's tools, a program) is
+        protected with them, so a world method that never returns is stopped by a kill, not by
+        Ctrl-C; a training run resumes from its last step either way."""
         if self.cfg.clock == "real":
             self.t0_wall = trio.current_time()
         async with trio.open_nursery() as nursery:
@@ -205,6 +214,7 @@ class LiveEpisode:
         assert self.nursery is not None
         self.nursery.start_soon(self._actor_main, actor, name=f"agent-{actor.id}")
 
+    @trio.lowlevel.enable_ki_protection  # (see host)
     async def _actor_main(self, actor: Actor) -> None:
         actor.task = trio.lowlevel.current_task()
         try:

@@ -391,7 +391,8 @@ def train(
         await backend.aclose()  # (an SGLang server this run launched stops here)
 
     try:
-        trio.run(loop)
+        # Ctrl-C lands only where the loop awaits, so a step is committed whole or not at all.
+        trio.run(loop, restrict_keyboard_interrupt_to_checkpoints=True)
     except BaseException as e:
         bar.leave = False  # a run that stops early clears its bar rather than leave it half drawn
         if _is_interrupt(e):
