@@ -275,7 +275,7 @@ def test_ctrl_c_at_any_line_of_the_engine_stops_the_run_with_keyboard_interrupt(
     park and ``_release`` rescheduling it hung trio forever (a training run in CI did), and one
     in ``Quiescence.wait`` raised TrioInternalError."""
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("ctrl_c_everywhere.py")), "1"],
+        [sys.executable, str(Path(__file__).with_name("ctrl_c_everywhere.py")), "engine", "1"],
         capture_output=True,
         text=True,
         timeout=300,
