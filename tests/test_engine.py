@@ -268,7 +268,7 @@ def test_a_run_stopped_mid_instant_lets_the_held_actors_go(shielded: bool) -> No
 
 @pytest.mark.heavy
 def test_ctrl_c_at_any_line_of_the_engine_stops_the_run_with_keyboard_interrupt() -> None:
-    """A real SIGINT at each of the ~860 lines of ``collective/`` that three episodes run (one
+    """A real SIGINT at each of the ~870 lines of ``collective/`` that three episodes run (one
     with a CEO hiring and firing), one run per line, in a subprocess (``ctrl_c_everywhere.py``):
     every run stops with KeyboardInterrupt alone, none hangs, and nothing is left behind. Before
     the engine's tasks were KI-protected, Ctrl-C between ``_resume`` taking an actor off its
