@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -53,6 +54,19 @@ FRAGILE = f"{Path(__file__).parent / 'fragile.py'}:Fragile"
 BUMPS = f"{Path(__file__).parent / 'fragile.py'}:Bumps"
 HALTS = f"{Path(__file__).parent / 'fragile.py'}:Halts"
 CHIMES = f"{Path(__file__).parent / 'fragile.py'}:Chimes"
+
+
+def ctrl_c_everywhere(*args: str, timeout: float) -> str:
+    """``tests/ctrl_c_everywhere.py ARGS`` in a subprocess (where a hang is a timeout): its
+    report, once it says every interrupted run passed."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("ctrl_c_everywhere.py")), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return done.stdout
 
 
 def run(script: object, **cfg: object) -> Episode:

@@ -9,10 +9,11 @@ first time that line runs. Each must stop with KeyboardInterrupt, alone, within 
 afterwards an uninterrupted run must record exactly what the reference did (nothing left
 behind).
 
-``train N``: a small training run (3 steps) is interrupted at N lines spread evenly over the
-lines it executes in the main thread, then resumed: every resumed run must end as the
-uninterrupted one does (its metrics but the wall-clock figures, its episode files byte for
-byte). A signal that lands before the run directory exists leaves nothing to resume.
+``train N CONFIG``: the training run CONFIG describes (a small one) is interrupted at N lines
+spread evenly over the lines it executes in the main thread, then resumed: every resumed run
+must end as the uninterrupted one does (its metrics but the wall-clock figures, its episode
+files byte for byte). A signal that lands before the run directory exists leaves nothing to
+resume.
 
 Prints one line per failure and exits 1, or prints the count and exits 0.
 """
@@ -45,26 +46,6 @@ CONFIGS = [
     EpisodeConfig(world="tally", agents=1, budget=2, org="ceo", world_seed=5, time_limit=40),
     EpisodeConfig(world="tally", agents=2, world_seed=2, sample_seed=3, time_limit=40),
 ]
-TRAIN_TOML = """
-world = "tally"
-params = {target = 12}
-team_sizes = [1, 3]
-steps = 3
-groups_per_step = 2
-group_size = 3
-time_limit_start = 60.0
-time_limit_end = 60.0
-concurrency = 6
-max_output_tokens = 12
-plots = false
-
-[model]
-d_model = 32
-n_layers = 1
-n_heads = 2
-d_ff = 64
-context = 96
-"""
 TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
 HANG_SECONDS = 60.0
 
@@ -123,7 +104,7 @@ def engine(every: int) -> int:
     failures = 0
     for k, line in enumerate(lines[::every]):
         where = f"{os.path.relpath(line[0], ROOT)}:{line[1]} (line {k * every} of {len(lines)})"
-        with watchdog(where):
+        with Watchdog(where):
             try:
                 interrupted(play, at=line, seen=None)
                 got = "no KeyboardInterrupt"
@@ -144,9 +125,8 @@ def engine(every: int) -> int:
     return failures
 
 
-def training(n: int, tmp: Path) -> int:
-    (tmp / "run.toml").write_text(TRAIN_TOML)
-    cfg = load_config(tmp / "run.toml")
+def training(n: int, config: str, tmp: Path) -> int:
+    cfg = load_config(config)
 
     def comparable(run: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
         metrics = [
@@ -163,7 +143,7 @@ def training(n: int, tmp: Path) -> int:
         k = 1 + i * lines // n
         run = tmp / f"run{i}"
         where = f"line {k} of {lines}"
-        with watchdog(where):
+        with Watchdog(where):
             try:
                 interrupted(lambda run=run: train(cfg, run, progress=False), at=k, seen=None)
             except (Interrupted, KeyboardInterrupt):
@@ -182,7 +162,7 @@ def training(n: int, tmp: Path) -> int:
     return failures
 
 
-class watchdog:
+class Watchdog:
     """Ends the process, saying where, if the block takes over HANG_SECONDS."""
 
     def __init__(self, where: str) -> None:
@@ -206,7 +186,7 @@ def main() -> int:
     if mode == "engine":
         return 1 if engine(number) else 0
     with tempfile.TemporaryDirectory() as tmp:
-        return 1 if training(number, Path(tmp)) else 0
+        return 1 if training(number, sys.argv[3], Path(tmp)) else 0
 
 
 if __name__ == "__main__":

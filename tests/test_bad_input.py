@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import CLI_AT_A_TERMINAL
+from conftest import CLI_AT_A_TERMINAL, ctrl_c_everywhere
 from hostile import seal
 
 from collective import EpisodeConfig, run_episode, save_episode
@@ -456,19 +456,15 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
 
 
 @pytest.mark.slow
-def test_ctrl_c_at_any_line_of_training_resumes_as_if_never_stopped() -> None:
+def test_ctrl_c_at_any_line_of_training_resumes_as_if_never_stopped(tmp_path: Path) -> None:
     """A real SIGINT at 60 lines spread over a 3-step training run, one run each, in a
     subprocess (``ctrl_c_everywhere.py train``): each interrupted run, resumed, ends as the
     uninterrupted one does. (About two minutes: ``pytest -m slow``; 300 lines were checked
     when training's trio.run was made to raise Ctrl-C only where its loop awaits.)"""
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("ctrl_c_everywhere.py")), "train", "60"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert done.stdout.endswith("60 interrupted runs, 0 failed\n"), done.stdout
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL_TOML.replace("steps = 2", "steps = 3"))
+    report = ctrl_c_everywhere("train", "60", str(config), timeout=900)
+    assert report.endswith("60 interrupted runs, 0 failed\n"), report
 
 
 def test_training_without_matplotlib_skips_the_plots_with_a_note(tmp_path: Path) -> None:

@@ -4,14 +4,11 @@ conservation of messages, hiring within budget, and clear errors for bad input."
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import msgspec
 import pytest
 import trio
-from conftest import BUMPS, CHIMES, FRAGILE, HALTS, by_turn, run
+from conftest import BUMPS, CHIMES, FRAGILE, HALTS, by_turn, ctrl_c_everywhere, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -274,14 +271,8 @@ def test_ctrl_c_at_any_line_of_the_engine_stops_the_run_with_keyboard_interrupt(
     the engine's tasks were KI-protected, Ctrl-C between ``_resume`` taking an actor off its
     park and ``_release`` rescheduling it hung trio forever (a training run in CI did), and one
     in ``Quiescence.wait`` raised TrioInternalError."""
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("ctrl_c_everywhere.py")), "engine", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert done.stdout.endswith(" failed\n") and int(done.stdout.split()[-5]) > 500, done.stdout
+    report = ctrl_c_everywhere("engine", "1", timeout=300)
+    assert report.endswith(" failed\n") and int(report.split()[-5]) > 500, report
 
 
 @given(configs)
