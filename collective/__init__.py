@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
-    from collective.actor import Actor, Dismissed, default_program
+    from collective.actor import Actor, Dismissed, EpisodeOver, default_program
     from collective.cast import Cast
     from collective.comms import Comms, Outcome
     from collective.conductor import Conductor, run_episode, run_episodes
@@ -51,6 +51,7 @@ _HOME: dict[str, str] = {
     "Conductor": "collective.conductor",
     "default_program": "collective.actor",
     "Dismissed": "collective.actor",
+    "EpisodeOver": "collective.actor",
     "draw_timeline": "collective.swimlane",
     "Episode": "collective.records",
     "EpisodeConfig": "collective.records",
@@ -96,6 +97,7 @@ __all__ = [
     "Episode",
     "EpisodeConfig",
     "EpisodeFileError",
+    "EpisodeOver",
     "EpisodeStream",
     "EpisodeWriter",
     "LatencyModel",

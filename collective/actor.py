@@ -53,6 +53,11 @@ class Dismissed(Exception):
     """Raised inside an actor's program when it is fired (the event is ``records.Fired``)."""
 
 
+class EpisodeOver(Exception):
+    """Raised inside a parked actor's program when its episode ends (see ``LiveEpisode._end``):
+    the end lets every parked actor go as a fire does, rather than have trio cancel each."""
+
+
 class WorldStopped(Exception):
     """Raised inside an actor's program when its observation raised: the world has a bug, and
     the episode ends at the next quiescence (see ``LiveEpisode.observe_failed``)."""

@@ -36,6 +36,7 @@ from collective.actor import (
     THINK_ACT,
     Actor,
     Dismissed,
+    EpisodeOver,
     Program,
     WorldStopped,
     prompt_digest,
@@ -219,7 +220,7 @@ class LiveEpisode:
         actor.task = trio.lowlevel.current_task()
         try:
             await self.program(actor)
-        except (Dismissed, WorldStopped):
+        except (Dismissed, EpisodeOver, WorldStopped):
             pass
         finally:
             self.cast.exit(actor)
@@ -772,6 +773,15 @@ class LiveEpisode:
         for t, entry in self.agenda.in_order():
             if type(entry) is Answer:  # fired agents' too, for the same reason as in _respond
                 self.turns.append(self._turn(entry.actor, entry.req, entry.resp, t))
+        # Let every parked actor go with EpisodeOver, as a fire does, before cancelling the
+        # nursery (which still stops the host and any actor not parked, at its next park):
+        # trio's delivery of a cancellation to each of thousands of parked tasks costs about
+        # twice as much per agent as ending them with a value (bench/results/engine/README.md).
+        over = [a for a in self.actors.values() if a.parked]
+        for actor in over:
+            actor.parked = actor.waiting = False
+            actor.request = None
+            self._wake_task(actor.task, outcome.Error(EpisodeOver()))
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
 

@@ -17,6 +17,7 @@ from collective import (
     Conductor,
     Episode,
     EpisodeConfig,
+    EpisodeOver,
     LatencyModel,
     default_program,
     run_episode,
@@ -100,6 +101,31 @@ def test_think_and_act_is_a_think_then_an_act(cfg: EpisodeConfig, org: str) -> N
     cfg = msgspec.structs.replace(cfg, org=org)
     fused = encode_episode(run_episode(cfg, RandomPolicy()))
     assert fused == encode_episode(run_episode(cfg, RandomPolicy(), program=two_parks))
+
+
+def test_the_end_lets_every_parked_program_go_with_episode_over() -> None:
+    """At the time limit each parked actor's program gets ``EpisodeOver`` from its park (not a
+    trio cancellation, which costs more per agent); one that swallows it and parks again meets
+    the nursery's cancellation instead, so the episode still ends, with the same record."""
+    ended: list[int] = []
+
+    async def stubborn(actor: Actor) -> None:
+        result = "you have just started"
+        while True:
+            try:
+                result = await actor.think_and_act(actor.prompt(result))
+            except EpisodeOver:
+                ended.append(actor.id)
+                await actor.think_and_act("carries on regardless")
+
+    cfg = EpisodeConfig(world="tally", agents=4, budget=2, org="ceo", time_limit=40)
+    ep = run_episode(cfg, RandomPolicy(), program=stubborn)
+    assert ep.end == "time_limit"
+    alive = {e.agent for e in ep.events if type(e) is Spawned} - {
+        e.target for e in ep.events if type(e).__name__ == "Fired"
+    }
+    assert sorted(ended) == sorted(alive)
+    assert encode_episode(ep) == encode_episode(run_episode(cfg, RandomPolicy()))
 
 
 def test_an_answer_landing_as_its_agent_is_fired_is_never_acted_on() -> None:
