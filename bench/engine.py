@@ -15,7 +15,9 @@ Three parts, each printing its figures and saving JSON and PNG plots:
   dense (every agent runs the random policy) and sparse (most agents wait for a message);
   agent-turns per second and their ratios; each run twice, with digests of its event order,
   and once more under a policy whose answers arrive with real, random delays, as a model
-  server's do.
+  server's do. Beside it, what trio and SimPy cost bare (no work: wake-and-park, an agent's
+  start-wait-end), and from those each case's ceiling: the most an engine with every agent a
+  trio task could reach against SimPy (``add_ceilings``).
 * ``--million``: 1,000,000 resident agents in one process with sparse activity: memory per
   agent, events and agent-turns per second.
 * ``--records`` (issue 14): what an episode's record costs, the engine at a git ref (``main``
@@ -35,6 +37,7 @@ records CPU seconds and the load average around the run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import hashlib
 import json
@@ -450,6 +453,7 @@ def determinism(agents: int, limit: float, most: float) -> dict[str, Any]:
 # Agents stepped per instant by the floors below: two (where trio's per-instant round trip
 # weighs most) and 70, the mean batch of the 1,000-agent sweep point (``batch_mean``).
 FLOOR_AGENTS = (2, 70)
+LIFECYCLE_AGENTS = 10_000
 
 
 def trio_floor(rounds: int = 50_000) -> dict[str, float]:
@@ -493,7 +497,43 @@ def trio_floor(rounds: int = 50_000) -> dict[str, float]:
             nursery.cancel_scope.cancel()
         return seconds
 
-    return _floor_figures(lambda n, steps: trio.run(main, n, steps), rounds)
+    out = _floor_figures(lambda n, steps: trio.run(main, n, steps), rounds)
+    out["agent_lifecycle_us"] = _lifecycle(_trio_lifecycle)
+    return out
+
+
+def _trio_lifecycle(n: int) -> float:
+    """``n`` tasks spawned in a nursery, each parked once, then ended as ``LiveEpisode._end``
+    ends parked actors (rescheduled with an error, the nursery cancelled): the least an agent
+    that is a trio task costs, whatever it does."""
+    import outcome
+
+    class Over(Exception):
+        pass
+
+    async def main() -> float:
+        parked: list[Any] = []
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        async def actor() -> None:
+            parked.append(trio.lowlevel.current_task())
+            with contextlib.suppress(Over):
+                await trio.lowlevel.wait_task_rescheduled(abort)
+
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(actor)
+            while len(parked) < n:
+                await trio.lowlevel.checkpoint()
+            for task in parked:
+                trio.lowlevel.reschedule(task, outcome.Error(Over()))
+            nursery.cancel_scope.cancel()
+        return time.perf_counter() - t0
+
+    return trio.run(main)
 
 
 def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
@@ -513,7 +553,58 @@ def simpy_floor(rounds: int = 50_000) -> dict[str, float]:
         env.run(until=steps)
         return time.perf_counter() - t0
 
-    return _floor_figures(seconds_for, rounds)
+    out = _floor_figures(seconds_for, rounds)
+    out["agent_lifecycle_us"] = _lifecycle(_simpy_lifecycle)
+    return out
+
+
+def _simpy_lifecycle(n: int) -> float:
+    """SimPy's counterpart of ``_trio_lifecycle``: ``n`` processes started, each waiting once on
+    an event, then all their events triggered and the processes run to their end."""
+    import simpy
+
+    def proc(event: simpy.Event) -> Any:
+        yield event
+
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    events = [env.event() for _ in range(n)]
+    for event in events:
+        env.process(proc(event))
+    env.run(until=1)
+    for event in events:
+        event.succeed()
+    env.run(until=2)
+    return time.perf_counter() - t0
+
+
+def _lifecycle(seconds_for: Callable[[int], float]) -> float:
+    """µs per agent of a lifecycle measure, ``LIFECYCLE_AGENTS`` at once, best of five."""
+    best = math.inf
+    for _ in range(5):
+        gc.collect()
+        with roomy_gc():
+            best = min(best, seconds_for(LIFECYCLE_AGENTS))
+    return best / LIFECYCLE_AGENTS * 1e6
+
+
+def add_ceilings(
+    rows: list[dict[str, Any]], trio_bare: dict[str, float], simpy_bare: dict[str, float]
+) -> None:
+    """Each comparison row's ``lifecycle_ceiling``: the engine ÷ SimPy ratio that an engine
+    costing nothing of its own, but with every agent a trio task, would reach. SimPy's wall time
+    with its scheduling swapped for trio's: every agent's lifecycle (``agent_lifecycle_us``:
+    start, one wait, end) and every turn's steps (one trio wake-and-park against SimPy's two
+    steps, the answer's latency and the action's duration), at the per-step cost of 70 agents
+    an instant, the cheapest for trio (few agents an instant cost trio more). Generous to the
+    engine: it keeps no record, batches nothing, and its instants cost what a crowded one does."""
+    many = f"agent_step_us_{FLOOR_AGENTS[-1]}_per_instant"
+    per_agent = trio_bare["agent_lifecycle_us"] - simpy_bare["agent_lifecycle_us"]
+    per_turn = trio_bare[many] - 2 * simpy_bare[many]
+    for row in rows:
+        simpy = row["simpy"]
+        swapped = simpy["wall_s"] + (row["agents"] * per_agent + simpy["turns"] * per_turn) * 1e-6
+        row["lifecycle_ceiling"] = simpy["wall_s"] / swapped
 
 
 def _floor_figures(seconds_for: Callable[[int, int], float], rounds: int) -> dict[str, float]:
@@ -538,7 +629,9 @@ def floors_text(trio_bare: dict[str, float], simpy_bare: dict[str, float]) -> st
         f"{trio_bare['instant_with_two_agents_us']:.1f} µs, SimPy "
         f"{simpy_bare['instant_with_two_agents_us']:.1f} µs; per agent-step with "
         f"{FLOOR_AGENTS[-1]} an instant: trio {trio_bare[many]:.2f} µs, "
-        f"SimPy {simpy_bare[many]:.2f} µs"
+        f"SimPy {simpy_bare[many]:.2f} µs; an agent's whole life (start, one wait, end; "
+        f"{LIFECYCLE_AGENTS:,} at once): trio {trio_bare['agent_lifecycle_us']:.1f} µs, "
+        f"SimPy {simpy_bare['agent_lifecycle_us']:.1f} µs"
     )
 
 
@@ -789,6 +882,10 @@ def plot_comparison(rows: list[dict[str, Any]], path: Path) -> None:
         if "engine_over_asyncio_rounds_fine" in r:
             note.append(f"×{r['engine_over_asyncio_rounds_fine']:.2f} asyncio 0.25 s")
         note.append(f"×{r['engine_over_simpy']:.2f} SimPy")
+        if "lifecycle_ceiling" in r:  # see add_ceilings
+            note.append(f"(ceiling ×{r['lifecycle_ceiling']:.2f})")
+            ceiling = r["simpy"]["turns_per_s"] * r["lifecycle_ceiling"]
+            ax.hlines(ceiling, j - 2 * width, j + 2 * width, colors="black", linestyles="dotted")
         ax.text(j, top * 1.6, "\n".join(note), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(
         range(len(rows)), [f"{r['agents']:,} agents\nactivity {r['activity']:g}" for r in rows]
@@ -797,7 +894,8 @@ def plot_comparison(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylim(top=top * 8)
     ax.set_title(
         "same world, policy and primitives: this engine vs asyncio rounds vs SimPy "
-        "(engine's ratio to each above)"
+        "(engine's ratio to each above;\ndotted: SimPy with trio's scheduling instead of its "
+        "own, the most an engine with every agent a trio task could do)"
     )
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
@@ -860,7 +958,7 @@ def report_sweep(rows: list[dict[str, Any]]) -> None:
 def report_comparison(rows: list[dict[str, Any]]) -> None:
     print(
         "agents  activity  engine t/s  asyncio t/s  (0.25 s)  simpy t/s  engine/asyncio  "
-        "(0.25 s)  engine/simpy  same order every run (e/a/s)"
+        "(0.25 s)  engine/simpy  ceiling  same order every run (e/a/s)"
     )
     for r in rows:
         same = "/".join(
@@ -873,7 +971,8 @@ def report_comparison(rows: list[dict[str, Any]]) -> None:
             f"{r['agents']:>6,} {r['activity']:>9g} {r['engine']['turns_per_s']:>11,.0f} "
             f"{r['asyncio_rounds']['turns_per_s']:>12,.0f} {fine:>9,.0f} "
             f"{r['simpy']['turns_per_s']:>10,.0f} {r['engine_over_asyncio_rounds']:>15.2f} "
-            f"{fine_ratio:>9.2f} {r['engine_over_simpy']:>13.2f}  {same}"
+            f"{fine_ratio:>9.2f} {r['engine_over_simpy']:>13.2f} "
+            f"{r.get('lifecycle_ceiling', math.nan):>8.2f}  {same}"
         )
 
 
@@ -952,8 +1051,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmp_turns, repeats = (int(x) for x in a.compare_only.split(","))
         out_dir = a.out or RESULTS / "engine" / "compare_only"
         comparison = compare([1_000, 10_000], [1.0, 0.1, 0.01], cmp_turns, repeats, show)
-        report_comparison(comparison)
         floors = {"trio_floor": trio_floor(), "simpy_floor": simpy_floor()}
+        add_ceilings(comparison, floors["trio_floor"], floors["simpy_floor"])
+        report_comparison(comparison)
         print(floors_text(floors["trio_floor"], floors["simpy_floor"]))
         write(
             {"environment": {**env, "load_after": load()}, "comparison": comparison, **floors},
@@ -979,10 +1079,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot_sweep(rows, engine_dir / "engine.png")
 
     comparison = compare(cmp_sizes, activities, cmp_turns, repeats, show)
-    report_comparison(comparison)
     det = determinism(*jitter)
     floor = trio_floor()
     simpy_bare = simpy_floor()
+    add_ceilings(comparison, floor, simpy_bare)
+    report_comparison(comparison)
     print(floors_text(floor, simpy_bare))
     print(
         "jittery policy, same order twice: "

@@ -7,6 +7,7 @@ the benchmark itself, on a quiet machine, not asserted by tests.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -49,5 +50,9 @@ def test_quick_bench_writes_its_figures(tmp_path: Path) -> None:
         for system in ("engine", "asyncio_rounds", "simpy"):
             assert row[system]["turns"] > 0
             assert len(row[system]["digests"]) == 2
+        # Written for every case (its value is a measurement, not checked here).
+        assert math.isfinite(row["lifecycle_ceiling"]) and row["lifecycle_ceiling"] > 0.0
+    for floor in ("trio_floor", "simpy_floor"):
+        assert result[floor]["agent_lifecycle_us"] > 0.0
     det = result["determinism"]
     assert det["engine"]["same_order_twice"] and det["engine"]["replay_identical"]
