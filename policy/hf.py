@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -261,7 +262,13 @@ class HFModel:
             lora = LoraConfig(
                 r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear"
             )
-            model = get_peft_model(model, lora)
+            with warnings.catch_warnings():
+                # peft reads transformers' deprecated ``is_gradient_checkpointing`` itself (peft
+                # 0.21, transformers 5.24): nothing a caller could change, so not shown to one.
+                warnings.filterwarnings(
+                    "ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning
+                )
+                model = get_peft_model(model, lora)
         model.eval()  # always, but while the learner checkpoints (HFModel._score): no dropout
         version = 0
         if (Path(directory) / VERSION_FILE).is_file():

@@ -643,6 +643,7 @@ def test_a_killed_runs_folders_and_processes_are_removed_at_the_next_start() -> 
         assert len(scratch) == 1 and scratch[0] in sweep(SCRATCH) and not scratch[0].exists()
         assert mine.path.is_dir() and mine.path not in removed
     finally:
+        engine.stdout.close()
         mine.remove()
         for pid in survivors(folder):
             os.kill(pid, signal.SIGKILL)
