@@ -49,16 +49,22 @@ class Stage(Protocol):
     def withdraw(self, actor: Actor) -> trio.lowlevel.Abort: ...
 
 
-class Dismissed(Exception):
-    """Raised inside an actor's program when it is fired (the event is ``records.Fired``)."""
+class Dismissed(BaseException):
+    """Raised inside an actor's program when it is fired (the event is ``records.Fired``).
+
+    The engine's signals to a program (this, ``EpisodeOver``, ``WorldStopped``) are
+    BaseExceptions, as trio's ``Cancelled`` is: a program's ``except Exception`` around a turn
+    must not swallow them, or turn them into a crash of the whole run."""
 
 
-class EpisodeOver(Exception):
+class EpisodeOver(BaseException):
     """Raised inside a parked actor's program when its episode ends (see ``LiveEpisode._end``):
-    the end lets every parked actor go as a fire does, rather than have trio cancel each."""
+    the end lets every parked actor go as a fire does, rather than have trio cancel each. A
+    BaseException (see ``Dismissed``): a program's ``except Exception`` does not swallow the end
+    and run on against closed worlds."""
 
 
-class WorldStopped(Exception):
+class WorldStopped(BaseException):
     """Raised inside an actor's program when its observation raised: the world has a bug, and
     the episode ends at the next quiescence (see ``LiveEpisode.observe_failed``)."""
 
@@ -154,8 +160,9 @@ class Actor:
         return self.ep.park(self, ACT, text)
 
     def abort(self, _: object) -> trio.lowlevel.Abort:
-        """Cancelled while parked (the episode's end, or the run around it stopped): see
-        ``LiveEpisode.withdraw``. (A method, not a closure made at every park.)"""
+        """Cancelled while parked (the run around the episode was stopped; the episode's own
+        end lets parked actors go with ``EpisodeOver`` instead): see ``LiveEpisode.withdraw``.
+        (A method, not a closure made at every park.)"""
         return self.ep.withdraw(self)
 
     def observe(self) -> str:

@@ -220,8 +220,8 @@ class LiveEpisode:
         actor.task = trio.lowlevel.current_task()
         try:
             await self.program(actor)
-        except (Dismissed, EpisodeOver, WorldStopped):
-            pass
+        except* (Dismissed, EpisodeOver, WorldStopped):
+            pass  # a program running a nursery of its own gets these wrapped in a group
         finally:
             self.cast.exit(actor)
             self.quiet.parked()
@@ -250,15 +250,17 @@ class LiveEpisode:
     def withdraw(self, actor: Actor) -> trio.lowlevel.Abort:
         """``actor`` was cancelled while parked (trio calls this, through ``Actor.abort``).
 
-        Either the episode ended (``_end`` cancels its nursery: nothing is applied to it after),
-        or the run around the conductor was stopped (a training run's ``stop_after``, Ctrl-C)
-        while the conductor was past its last checkpoint: a policy batch already answered (a
-        worker thread's result is delivered even when a cancellation came meanwhile) or an async
-        tool awaiting mid-instant. The conductor may then apply one more instant of this doomed
-        episode before its own next checkpoint raises, and the agenda may still hold an answer,
-        an action's effect, a resumption or a timer for the actor, or a post may wake it. So it
-        is gone from here on, as a fired agent is: not alive, not waiting, and nothing still due
-        resumes it. (Its program ends with the cancellation, whose record nobody keeps.)
+        Not at the episode's own end: ``_end`` lets every parked actor go with ``EpisodeOver``
+        before it cancels the nursery, and a later park meets the cancellation without parking
+        (``_park_late``). Here the run around the conductor was stopped (a training run's
+        ``stop_after``, Ctrl-C), possibly while the conductor was past its last checkpoint: a
+        policy batch already answered (a worker thread's result is delivered even when a
+        cancellation came meanwhile) or an async tool awaiting mid-instant. The conductor may
+        then apply one more instant of this doomed episode before its own next checkpoint
+        raises, and the agenda may still hold an answer, an action's effect, a resumption or a
+        timer for the actor, or a post may wake it. So it is gone from here on, as a fired agent
+        is: not alive, not waiting, and nothing still due resumes it. (Its program ends with the
+        cancellation, whose record nobody keeps.)
 
         One resumed (or fired) at the instant being applied is still blocked in trio, held
         until the instant is whole (``_release``): that resumption is the engine's to deliver,

@@ -23,6 +23,7 @@ from collective import (
     run_episode,
     run_episodes,
 )
+from collective.actor import Program
 from collective.records import (
     Committed,
     Delivered,
@@ -126,6 +127,40 @@ def test_the_end_lets_every_parked_program_go_with_episode_over() -> None:
     }
     assert sorted(ended) == sorted(alive)
     assert encode_episode(ep) == encode_episode(run_episode(cfg, RandomPolicy()))
+
+
+async def with_a_helper(actor: Actor) -> None:
+    """The default loop inside a nursery of the program's own, beside a helper task that waits
+    on something the engine does not know of (a side channel, a watchdog)."""
+    never = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(never.wait)
+        result = "you have just started"
+        while True:
+            result = await actor.think_and_act(actor.prompt(result))
+
+
+async def wraps_errors(actor: Actor) -> None:
+    """A program that turns every error of a turn into one of its own, as robust agent code
+    does: the end and a fire must still get through."""
+    result = "you have just started"
+    while True:
+        try:
+            result = await actor.think_and_act(actor.prompt(result))
+        except Exception as e:
+            raise RuntimeError(f"agent {actor.id}: turn failed") from e
+
+
+@given(configs, st.sampled_from(["flat", "ceo"]), st.sampled_from([with_a_helper, wraps_errors]))
+def test_programs_with_their_own_nursery_or_handlers_end_as_the_default_one(
+    cfg: EpisodeConfig, org: str, program: Program
+) -> None:
+    """The end (``EpisodeOver``) and a fire (``Dismissed``) reach a program that runs a nursery
+    of its own wrapped in an exception group, and never reach a program's ``except
+    Exception``: neither program takes the run down, and the record is the default program's."""
+    cfg = msgspec.structs.replace(cfg, org=org)
+    expected = encode_episode(run_episode(cfg, RandomPolicy()))
+    assert encode_episode(run_episode(cfg, RandomPolicy(), program=program)) == expected
 
 
 def test_an_answer_landing_as_its_agent_is_fired_is_never_acted_on() -> None:
