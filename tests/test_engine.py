@@ -163,6 +163,31 @@ def test_programs_with_their_own_nursery_or_handlers_end_as_the_default_one(
     assert encode_episode(run_episode(cfg, RandomPolicy(), program=program)) == expected
 
 
+def test_a_programs_own_error_beside_the_end_is_not_lost() -> None:
+    """A program whose helper task fails as the end cancels it: the group holds the end's
+    ``EpisodeOver`` and the helper's error. The engine takes its own signal out and the error
+    still ends the run, as any bug in a program does."""
+
+    async def failing_helper() -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            raise RuntimeError("the helper's own bug") from None
+
+    async def program(actor: Actor) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(failing_helper)
+            result = "you have just started"
+            while True:
+                result = await actor.think_and_act(actor.prompt(result))
+
+    cfg = EpisodeConfig(world="tally", agents=2, time_limit=20)
+    with pytest.raises(BaseExceptionGroup) as raised:
+        run_episode(cfg, RandomPolicy(), program=program)
+    assert raised.value.subgroup(EpisodeOver) is None
+    assert raised.value.subgroup(RuntimeError) is not None
+
+
 def test_an_answer_landing_as_its_agent_is_fired_is_never_acted_on() -> None:
     """Agent 1's second answer lands at t=6, the instant agent 0's fire of it lands (answers
     land first). With think_and_act the answer is already the actor's pending action when the
