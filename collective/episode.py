@@ -295,6 +295,12 @@ class LiveEpisode:
         else:
             self._wake_task(actor.task, outcome.Value(value))
 
+    def _let_go(self, actor: Actor, signal: BaseException) -> None:
+        """End a parked actor's program with one of ``ENGINE_SIGNALS``, raised from its park."""
+        actor.parked = False
+        actor.request = None
+        self._wake_task(actor.task, outcome.Error(signal))
+
     def _wake_task(self, task: trio.lowlevel.Task, value: outcome.Outcome[Any]) -> None:
         if self.holding:
             self.held.append((task, value))
@@ -714,9 +720,7 @@ class LiveEpisode:
             # are skipped because it is no longer alive, and an action it was handed at this
             # instant (think_and_act) is never started. (If it was resumed at this very
             # instant, its next park raises Dismissed instead.)
-            target.parked = False
-            target.request = None
-            self._wake_task(target.task, outcome.Error(Dismissed()))
+            self._let_go(target, Dismissed())
         return True, f"fired agent {target_id}"
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -790,12 +794,11 @@ class LiveEpisode:
         # Let every parked actor go with EpisodeOver, as a fire does, before cancelling the
         # nursery (which still stops the host and any actor not parked, at its next park):
         # trio's delivery of a cancellation to each of thousands of parked tasks costs about
-        # twice as much per agent as ending them with a value (bench/results/engine/README.md).
-        over = [a for a in self.actors.values() if a.parked]
-        for actor in over:
-            actor.parked = actor.waiting = False
-            actor.request = None
-            self._wake_task(actor.task, outcome.Error(EpisodeOver()))
+        # twice as much per agent as ending them with an error (bench/results/engine/README.md).
+        for actor in self.actors.values():
+            if actor.parked:
+                actor.waiting = False
+                self._let_go(actor, EpisodeOver())
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
 
