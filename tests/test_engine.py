@@ -4,6 +4,7 @@ conservation of messages, hiring within budget, and clear errors for bad input."
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import pytest
@@ -129,15 +130,21 @@ def test_the_end_lets_every_parked_program_go_with_episode_over() -> None:
     assert encode_episode(ep) == encode_episode(run_episode(cfg, RandomPolicy()))
 
 
-async def with_a_helper(actor: Actor) -> None:
-    """The default loop inside a nursery of the program's own, beside a helper task that waits
-    on something the engine does not know of (a side channel, a watchdog)."""
-    never = trio.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(never.wait)
-        result = "you have just started"
-        while True:
-            result = await actor.think_and_act(actor.prompt(result))
+def beside(helper: Callable[[], Awaitable[None]]) -> Program:
+    """The default loop inside a nursery of the program's own, beside a ``helper`` task that
+    waits on something the engine does not know of (a side channel, a watchdog)."""
+
+    async def program(actor: Actor) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(helper)
+            result = "you have just started"
+            while True:
+                result = await actor.think_and_act(actor.prompt(result))
+
+    return program
+
+
+with_a_helper = beside(trio.sleep_forever)
 
 
 async def wraps_errors(actor: Actor) -> None:
@@ -174,16 +181,9 @@ def test_a_programs_own_error_beside_the_end_is_not_lost() -> None:
         except trio.Cancelled:
             raise RuntimeError("the helper's own bug") from None
 
-    async def program(actor: Actor) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(failing_helper)
-            result = "you have just started"
-            while True:
-                result = await actor.think_and_act(actor.prompt(result))
-
     cfg = EpisodeConfig(world="tally", agents=2, time_limit=20)
     with pytest.raises(BaseExceptionGroup) as raised:
-        run_episode(cfg, RandomPolicy(), program=program)
+        run_episode(cfg, RandomPolicy(), program=beside(failing_helper))
     assert raised.value.subgroup(EpisodeOver) is None
     assert raised.value.subgroup(RuntimeError) is not None
 
