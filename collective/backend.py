@@ -131,13 +131,17 @@ class HFBackend:
                 not cfg.hf_server or cfg.hf_server.startswith("sglang:"),
                 f"hf_server must be '' (in-process) or 'sglang:...', got {cfg.hf_server!r}",
             ),
-            (cfg.lora_rank >= 0 and cfg.lora_alpha > 0, "lora_rank >= 0, lora_alpha > 0"),
-            (cfg.logit_chunk >= 1 and cfg.hf_batch >= 1, "logit_chunk and hf_batch >= 1"),
-            (cfg.weight_decay >= 0, "weight_decay must be >= 0"),
-        ]
+        ]  # (the numbers' domains are the config's own: collective.config.DOMAINS)
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"train config: {msg}")
+        if cfg.hf_server:  # its syntax now, not once the progress bar has started
+            from policy.sglang import parse_spec
+
+            try:
+                parse_spec(self._server_spec(cfg).removeprefix("sglang:"))
+            except ValueError as e:
+                raise ValueError(f"train config: hf_server: {e}") from None
         try:
             self.device, _ = placement(cfg.device, cfg.dtype)
         except ValueError as e:
@@ -208,13 +212,17 @@ class HFBackend:
             return self.serving
         from policy.factory import make_policy
 
-        spec = self.cfg.hf_server
-        if spec == "sglang:launch" or spec.startswith("sglang:launch "):  # serve hf_model
-            spec = f"sglang:launch:{self.cfg.hf_model}{spec.removeprefix('sglang:launch')}"
-        self.serving = make_policy(spec, seed=self.cfg.seed)
+        self.serving = make_policy(self._server_spec(self.cfg), seed=self.cfg.seed)
         if model.version > 0:  # a resumed run: the server must serve what the learner has
             await self.publish(model, model.version, {})
         return self.serving
+
+    @staticmethod
+    def _server_spec(cfg: TrainConfig) -> str:
+        spec = cfg.hf_server
+        if spec == "sglang:launch" or spec.startswith("sglang:launch "):  # serve hf_model
+            spec = f"sglang:launch:{cfg.hf_model}{spec.removeprefix('sglang:launch')}"
+        return spec
 
     async def publish(self, model: Any, version: int, weights: Weights) -> None:
         if not self.cfg.hf_server:

@@ -14,6 +14,7 @@ which case the world is in.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -90,6 +91,13 @@ def check_world(
     as ``collective run`` would; everything found by running is in the report."""
     if agents < 1 or seeds < 1 or rollouts < 2:
         raise ValueError("check needs --agents >= 1, --seeds >= 1 and --rollouts >= 2")
+    if not 0 < time_limit < math.inf:
+        raise ValueError(f"check --time-limit {time_limit}: must be finite and > 0")
+    outside = [x for x in limits if not 0 < x <= time_limit]
+    if outside:
+        raise ValueError(
+            f"check --limits {outside[0]}: read times must be in (0, T = {time_limit:g}]"
+        )
     cls = resolve_world(world)
     report = Report(world)
     base = EpisodeConfig(

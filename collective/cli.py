@@ -202,9 +202,10 @@ def cmd_replay(a: argparse.Namespace) -> int:
     check_runnable(msgspec.structs.replace(ep.config, world=world or ep.config.world))
     t0 = time.perf_counter()
     if a.until is None:
-        if a.out:
-            print("collective replay: error: --out needs --until (a fork)", file=sys.stderr)
-            return 2
+        for option, given in (("--out", a.out), ("--seed", a.seed is not None)):
+            if given:
+                print(f"collective replay: error: {option} needs --until (a fork)", file=sys.stderr)
+                return 2
         policy = make_policy(a.policy) if a.policy else None
         try:
             _, problems = audit(ep, policy=policy, world=world)
@@ -532,13 +533,24 @@ def cmd_make_model(a: argparse.Namespace) -> int:
 # -- studies and experiments ------------------------------------------------------------------
 
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return n
+
+
 def _numbers(text: str, kind: type = int) -> tuple:
     try:
-        return tuple(kind(x) for x in text.split(",") if x)
+        numbers = tuple(kind(x) for x in text.split(",") if x)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
-        ) from None
+        numbers = ()
+    if not numbers:  # (an empty list is not "the default")
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return numbers
 
 
 @command
@@ -557,7 +569,7 @@ def cmd_study(a: argparse.Namespace) -> int:
         agents=a.agents,
         seeds=a.seeds,
         horizon=a.horizon,
-        limits=a.limits or (a.horizon / 4, a.horizon / 2, a.horizon),
+        limits=a.limits or (),
         targets=a.targets,
         policies=tuple(a.policies.split(",")),
     )
@@ -681,7 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("episode")
     s.add_argument("--agent", type=int, default=None, help="only this agent's events")
     s.add_argument("--all", action="store_true", help="also thinking starts and deliveries")
-    s.add_argument("--limit", type=int, default=0, help="at most this many lines")
+    s.add_argument(
+        "--limit", type=_count, default=0, help="at most this many lines (0: all of them)"
+    )
     s.add_argument("--png", metavar="PATH", help="draw the swimlane picture here instead")
     s.add_argument(
         "--observations",

@@ -8,12 +8,13 @@ latency-pressure schedule, a function of the config and the step only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -103,26 +104,96 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)  # [cluster]: placement
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.steps >= 1, "steps must be >= 1"),
-            (self.groups_per_step >= 1, "groups_per_step must be >= 1"),
-            (self.group_size >= 2, "group_size must be >= 2 (a group baseline needs two)"),
-            (bool(self.team_sizes) and min(self.team_sizes) >= 1, "team_sizes must be >= 1"),
-            (
-                0 < self.time_limit_start < math.inf and 0 < self.time_limit_end < math.inf,
-                "time limits must be finite and > 0",
-            ),
-            (0 <= self.seed < 2**64, "seed must be in 0..2**64-1"),
-            (self.learning_rate > 0, "learning_rate must be > 0"),
-            (0 < self.clip < 1, "clip must be in (0, 1)"),
-            (self.lag >= 0 and self.max_staleness >= 0, "lag and max_staleness must be >= 0"),
-            (self.concurrency >= 1 and self.channel_capacity >= 1, "concurrency >= 1"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(f"train config: {msg}")
+        for name, domain in DOMAINS.items():  # every number, once, here at the boundary
+            value = getattr(self, name)
+            if not domain.holds(value):
+                raise ValueError(f"train config: {name} must be {domain.says}, not {value!r}")
+        if self.backend == "tiny":  # a setting that would do nothing is refused, not ignored
+            idle = [f for f in HF_ONLY if getattr(self, f) != getattr(_HF_DEFAULTS, f)]
+            if self.device == "cuda":
+                idle.append("device")
+            if idle:
+                given = ", ".join(f"{f} = {getattr(self, f)!r}" for f in idle)
+                raise ValueError(
+                    f"train config: backend = 'tiny' ignores {given} (backend = 'hf' settings): "
+                    "drop them or set backend = 'hf'"
+                )
         # Fresh weights are a function of the run's seed, like everything else in the run.
         self.model = msgspec.structs.replace(self.model, seed=self.seed)
+
+
+class Domain(NamedTuple):
+    """What values a config field may take: ``holds(value)``, and how an error says it."""
+
+    holds: Callable[[Any], bool]
+    says: str
+
+
+def _at_least(n: int) -> Domain:
+    # (the upper bound: config.toml is TOML, whose integers are 64-bit)
+    return Domain(lambda x: n <= x < 2**63, f">= {n} (a 64-bit integer)")
+
+
+FINITE_POSITIVE = Domain(lambda x: 0 < x < math.inf, "finite and > 0")  # (nan is neither)
+FINITE_NON_NEGATIVE = Domain(lambda x: 0 <= x < math.inf, "finite and >= 0")
+
+# The domain of every number in TrainConfig (Literal and bool fields have theirs in their type;
+# STRINGS says what checks each string, and when).
+DOMAINS: dict[str, Domain] = {
+    "team_sizes": Domain(
+        lambda t: bool(t) and min(t) >= 1 and max(t) < 2**63, ">= 1 (at least one size)"
+    ),
+    "steps": _at_least(1),
+    "groups_per_step": _at_least(1),
+    "group_size": Domain(lambda x: 2 <= x < 2**63, ">= 2 (a group baseline needs two)"),
+    "seed": Domain(lambda x: 0 <= x < 2**64, "in 0..2**64-1"),
+    "time_limit_start": FINITE_POSITIVE,
+    "time_limit_end": FINITE_POSITIVE,
+    "latency_penalty": FINITE_NON_NEGATIVE,
+    "learning_rate": FINITE_POSITIVE,
+    "clip": Domain(lambda x: 0 < x < 1, "in (0, 1)"),
+    "normaliser": FINITE_POSITIVE,
+    "entropy_coef": FINITE_NON_NEGATIVE,
+    "kl_coef": FINITE_NON_NEGATIVE,
+    "max_grad_norm": FINITE_POSITIVE,
+    "chunk": _at_least(1),
+    "lag": _at_least(0),
+    "max_staleness": _at_least(0),
+    "concurrency": _at_least(1),
+    "channel_capacity": _at_least(1),
+    "lora_rank": _at_least(0),
+    "lora_alpha": FINITE_POSITIVE,
+    "logit_chunk": _at_least(1),
+    "hf_batch": _at_least(1),
+    "weight_decay": FINITE_NON_NEGATIVE,
+    "temperature": FINITE_POSITIVE,
+    "max_output_tokens": _at_least(1),
+    "snapshot_every": _at_least(1),
+}
+STRINGS = {
+    "world": "validate() (the registry builds it)",
+    "params": "validate() (the world constructor's annotations, convert_params)",
+    "org": "validate() (make_organisation)",
+    "latency": "validate() (latency_preset)",
+    "hf_model": "the hf backend (HFBackend: needed; the directory when the model loads)",
+    "hf_server": "the hf backend (HFBackend: parse_spec, before anything runs)",
+    "init": "load_config and the backend's load (a checkpoint that must read)",
+    "model": "TinyConfig.__post_init__",
+    "cluster": "ClusterConfig.__post_init__",
+}
+# Settings only the hf backend reads (``device = "cuda"`` too: the tiny learner is on the CPU).
+HF_ONLY = (
+    "hf_model",
+    "hf_build",
+    "hf_server",
+    "dtype",
+    "lora_rank",
+    "lora_alpha",
+    "gradient_checkpointing",
+    "logit_chunk",
+    "hf_batch",
+)
+_HF_DEFAULTS = TrainConfig(backend="hf")
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -164,6 +235,29 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
         return msgspec.convert(raw, TrainConfig)
     except msgspec.ValidationError as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+def config_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as JSON holds it (tuples as lists): what a run's config record keeps."""
+    return json.loads(json.dumps(msgspec.to_builtins(cfg)))
+
+
+def config_digest(cfg: TrainConfig) -> str:
+    """A run's config in one string (BLAKE2b of its fields): what a resume checks."""
+    canonical = json.dumps(config_fields(cfg), sort_keys=True).encode()
+    return hashlib.blake2b(canonical, digest_size=16).hexdigest()
+
+
+def changed_fields(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The fields (tables' too, as ``model.d_model``) where two configs' builtins differ."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in [*a, *(k for k in b if k not in a)]:
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out |= {f"{key}.{k}": v for k, v in changed_fields(x, y).items()}
+        elif x != y:
+            out[key] = (x, y)
+    return out
 
 
 def dump_config(cfg: TrainConfig) -> str:

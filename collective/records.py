@@ -251,7 +251,7 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             (math.isfinite(self.time_limit), "time_limit must be finite"),
             (math.isfinite(self.comm_duration), "comm_duration must be finite"),
             (math.isfinite(self.temperature), "temperature must be finite"),
-            (self.max_events >= 1, "max_events must be >= 1"),
+            (1 <= self.max_events < 2**63, "max_events must be in 1..2**63-1"),
             (self.policy_version >= -1, "policy_version must be >= -1"),
             (self.world_agents >= 0, "world_agents must be >= 0"),
             (self.recorded_answers_until >= 0, "recorded_answers_until must be >= 0"),

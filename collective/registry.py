@@ -56,15 +56,28 @@ def resolve_world(ref: str) -> type[World]:
         sys.modules[mod_name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # sys.exit() or a BaseException of its own: one line too
+            del sys.modules[mod_name]
             raise ValueError(
                 f"world {ref!r}: importing {where} failed: {type(e).__name__}: {e}"
             ) from e
     else:
+        if where.startswith("."):
+            raise ValueError(
+                f"world {ref!r}: {where!r} is a relative module name; give package.module:Class"
+            )
         try:
             module = importlib.import_module(where)
         except ImportError as e:
             raise ValueError(f"world {ref!r}: cannot import module {where!r} ({e})") from e
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            raise ValueError(
+                f"world {ref!r}: importing {where} failed: {type(e).__name__}: {e}"
+            ) from e
     cls = getattr(module, name, None)
     if not (inspect.isclass(cls) and issubclass(cls, World)):
         raise ValueError(f"world {ref!r}: {where} has no World subclass named {name!r}")

@@ -36,12 +36,39 @@ class ScaleConfig(msgspec.Struct, kw_only=True):
     agents: tuple[int, ...] = (1, 2, 4, 8, 16, 64, 256, 1024, 4096)
     seeds: int = 3
     horizon: float = 240.0  # T_max of every episode, simulated seconds
-    limits: tuple[float, ...] = (60.0, 120.0, 240.0)  # read the anytime score at these times
+    limits: tuple[float, ...] = ()  # read the anytime score at these times (): T/4, T/2, T
     targets: tuple[float, ...] = (0.25, 0.5, 0.75)  # report the time to reach these scores
     policies: tuple[str, ...] = ("trained", "untrained", "random")
     latency: str = "tiny"
     max_output_tokens: int = 24
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        h = self.horizon
+        if not self.limits:
+            self.limits = (h / 4, h / 2, h)
+        checks = [
+            (
+                bool(self.agents) and min(self.agents) >= 1,
+                f"--agents {self.agents}: at least one count, each >= 1",
+            ),
+            (self.seeds >= 1, f"--seeds {self.seeds}: must be >= 1"),
+            (0 < h < math.inf, f"--horizon {h}: must be finite and > 0"),
+            (
+                bool(self.limits) and all(0 < x <= h for x in self.limits),
+                f"--limits {self.limits}: each in (0, horizon {h:g}]",
+            ),
+            (
+                bool(self.targets) and all(0 < x <= 1 for x in self.targets),
+                f"--targets {self.targets}: scores, each in (0, 1]",
+            ),
+            (bool(self.policies) and all(self.policies), f"--policies {self.policies}: names"),
+            (self.max_output_tokens >= 1, "max_output_tokens must be >= 1"),
+            (0 <= self.seed < 2**64, "seed must be in 0..2**64-1"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"study: {msg}")
 
 
 class ScaleRow(msgspec.Struct, kw_only=True):
@@ -100,8 +127,8 @@ def _policies(cfg: ScaleConfig) -> dict[str, Policy]:
 _OVERFLOW = ("mailbox_full", "evicted")
 
 
-def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
-    configs = [
+def _configs(cfg: ScaleConfig, policy: str, n: int) -> list[EpisodeConfig]:
+    return [
         EpisodeConfig(
             world=cfg.world,
             params=dict(cfg.params),
@@ -112,11 +139,15 @@ def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
             time_limit=cfg.horizon,
             latency=latency_preset(cfg.latency),
             max_output_tokens=cfg.max_output_tokens,
-            policy=policy.name,
+            policy=policy,
             keep_prompts=False,
         )
         for s in range(cfg.seeds)
     ]
+
+
+def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
+    configs = _configs(cfg, policy.name, n)
     conductor = Conductor(policy)
     t0 = time.perf_counter()
     eps: list[Episode] = trio.run(lambda: conductor.play(configs, concurrency=len(configs)))
@@ -198,6 +229,10 @@ def scale_study(
     """
     from tqdm import tqdm
 
+    from collective.registry import check_runnable
+
+    for n in sorted(set(cfg.agents)):  # a bad world or size: one line, before the bar starts
+        check_runnable(_configs(cfg, "", n)[0])
     policies = _policies(cfg)
     rows: list[ScaleRow] = []
     jobs = [(name, n) for n in cfg.agents for name in policies]

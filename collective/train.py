@@ -324,9 +324,8 @@ def train(
     # -- checked and built: now the run directory may be written ------------------------------
     try:
         run.create(resume, state.step)
-        logger = open_logger(
-            cfg.logger, cfg, run.path, state.step, [time_limit_at(cfg, s) for s in range(cfg.steps)]
-        )
+        schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)] if cfg.logger != "none" else []
+        logger = open_logger(cfg.logger, cfg, run.path, state.step, schedule)
     except BaseException:
         rollouts.close()
         if not resume:

@@ -498,7 +498,29 @@ def convert_params(cls: type[World], params: dict[str, Any], ref: str) -> dict[s
             ) from None
         except TypeError:  # an annotation msgspec cannot check: the value as given
             out[key] = value
+    for key, value in out.items():
+        problem = _unrecordable(value)
+        if problem:
+            raise ValueError(f"world {ref!r}: parameter {key}={value!r:.80}: {problem}")
     return out
+
+
+def _unrecordable(value: Any) -> str:
+    """Why a parameter's value cannot be one (""): an infinite or NaN number (a limit it would
+    switch off, a score it would poison) or an integer past 64 bits (the record cannot hold
+    it), anywhere inside it."""
+    todo = [value]
+    while todo:  # (a loop, not recursion: a value may nest deeper than the stack)
+        v = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return "numbers must be finite"
+        if isinstance(v, int) and not -(2**63) <= v < 2**64:
+            return "integers must be within -2**63..2**64-1"
+        if isinstance(v, dict):
+            todo += [*v.keys(), *v.values()]
+        elif isinstance(v, list | tuple | set | frozenset):
+            todo += v
+    return ""
 
 
 def checked_score(world: World) -> float:

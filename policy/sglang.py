@@ -967,6 +967,10 @@ def parse_spec(arg: str) -> SGLangSpec:
         for url in urls:
             if not url.startswith(("http://", "https://")):
                 raise bad(f"{url!r} is not an http:// or https:// URL (or launch:MODEL_DIR)")
+            try:
+                httpx.URL(url)
+            except httpx.InvalidURL as e:
+                raise bad(f"{url!r} is not a valid URL ({e})") from None
         if len(set(urls)) != len(urls):
             raise bad("a server URL is given twice")
         fields["urls"] = tuple(urls)

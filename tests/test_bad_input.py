@@ -63,6 +63,8 @@ context = 96
 
 BIG = str(2**64)
 TRAIN = ["train", "{small}", "--out", "{newrun}", "--quiet"]
+STUDY = ["--policies", "random", "--out", "{tmp}/study", "--quiet"]
+HF_SERVER_BAD = 'hf_server="sglang:http://[::1"'
 
 # (id, argv, exit code, fragment of the message)
 CASES: list[tuple[str, list[str], int, str]] = [
@@ -93,6 +95,20 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("domain typo", ["run", f"{HOSTILE}:DomainTypo"], 2, "the domain of 'n' names attribute 'mx'"),
     ("param not an int", ["run", "tally", "--param", "target=abc"], 2, "Expected `int`, got `str`"),
     ("param set by engine", ["run", "tally", "--param", "seed=3"], 2, "set by the engine"),
+    ("param 10^30", ["run", "tally", "--param", f"target={10**30}"], 2, "integers must be within"),
+    ("param Infinity, int", ["run", "tally", "--param", "target=Infinity"], 2, "got `float`"),
+    ("wall time Infinity", ["run", "repo", "--param", "wall_seconds=Infinity"], 2, "be finite"),
+    ("wall time inf", ["run", "repo", "--param", "wall_seconds=inf"], 2, "=inf: numbers must be"),
+    ("wall time NaN", ["run", "repo", "--param", "wall_seconds=NaN"], 2, "=nan: numbers must be"),
+    ("world file exits", ["run", "{exits}:W"], 2, "exits.py failed: SystemExit: 3"),
+    ("world file BaseException", ["run", "{base}:W"], 2, "base.py failed: BaseException: no"),
+    ("relative module", ["run", ".tally:Tally"], 2, "'.tally' is a relative module name"),
+    (
+        "sglang URL garbled",
+        ["run", "tally", "--policy", "sglang:http://[::1"],
+        2,
+        "not a valid URL",
+    ),
     # -- run: a world's bug, found running: the episode stops, says where, is kept -------------
     (
         "world bug in a tool",
@@ -106,6 +122,20 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("check nothing", ["check", "atlantis"], 2, "unknown world 'atlantis'"),
     ("check one rollout", ["check", "tally", "--rollouts", "1"], 2, "--rollouts >= 2"),
     ("check a bad param", ["check", "tally", "--param", "target=x"], 2, "Expected `int`"),
+    ("check limits nan", ["check", "tally", "--limits", "nan"], 2, "check --limits nan: read"),
+    ("check limits -5", ["check", "tally", "--limits", "-5"], 2, "check --limits -5.0: read"),
+    ("check limit past T", ["check", "tally", "--limits", "700"], 2, "must be in (0, T = 600]"),
+    ("check time limit nan", ["check", "tally", "--time-limit", "nan"], 2, "must be finite"),
+    ("check has no targets", ["check", "tally", "--targets", "2"], 2, "unrecognized arguments"),
+    (
+        "study no agents",
+        ["study", "scale", "", "--agents", "", *STUDY],
+        2,
+        "expected comma-separated numbers, got ''",
+    ),
+    ("study target 2", ["study", "scale", "", "--targets", "2", *STUDY], 2, "--targets (2.0,)"),
+    ("study limit nan", ["study", "scale", "", "--limits", "nan", *STUDY], 2, "--limits (nan,)"),
+    ("study bad world", ["study", "scale", "", "--world", "nope", *STUDY], 2, "unknown world"),
     (
         "check a world bug",
         ["check", f"{FAULTY}", "--param", "bug=tool", *QUICK_CHECK],
@@ -123,7 +153,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("time limit 0", ["run", "tally", "--time-limit", "0"], 2, "time_limit must be > 0"),
     ("no agents", ["run", "tally", "--agents", "0"], 2, "agents must be >= 1"),
     ("negative budget", ["run", "tally", "--budget", "-1"], 2, "budget must be >= 0"),
-    ("max events 0", ["run", "tally", "--max-events", "0"], 2, "max_events must be >= 1"),
+    ("max events 0", ["run", "tally", "--max-events", "0"], 2, "max_events must be in 1..2**63"),
+    ("max events 2^70", ["run", "tally", "--max-events", str(2**70)], 2, "max_events must be in"),
     ("10^12 agents", ["run", "workshop", "--agents", "1000000000000"], 2, "agents need at least"),
     ("10^9 modules", ["run", "workshop", "--param", "size=1000000000"], 2, "more memory than half"),
     # -- run: outputs --------------------------------------------------------------------------
@@ -148,6 +179,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("unknown field, sealed", ["replay", "{unknown}"], 2, "unknown field"),
     ("show a broken file", ["show", "{flipped}"], 2, "does not match its digest"),
     ("no prompts to show", ["show", "{unprompted}", "--observations"], 2, "keep_prompts = false"),
+    ("show --limit -1", ["show", "{episode}", "--limit", "-1"], 2, "expected a whole number >= 0"),
     ("trace a broken file", ["trace", "{flipped}"], 2, "does not match its digest"),
     ("trace out is a device", ["trace", "{episode}", "--out", "/dev/full"], 2, "is a device"),
     ("show --png a device", ["show", "{episode}", "--png", "/dev/full"], 2, "is a device"),
@@ -156,6 +188,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("file world not named", ["replay", "{foreign}"], 2, "not built in"),
     ("fork of file world", ["replay", "{foreign}", "--until", "5"], 2, "not built in"),
     ("out without until", ["replay", "{episode}", "--out", "{tmp}/f.msgpack"], 2, "needs --until"),
+    ("seed without until", ["replay", "{episode}", "--seed", "3"], 2, "--seed needs --until"),
     ("fork before 0", ["replay", "{episode}", "--until", "-1"], 2, "outside the episode"),
     ("fork after the end", ["replay", "{episode}", "--until", "1e9"], 2, "outside the episode"),
     (
@@ -199,6 +232,34 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "d_model = 64 (config says 32)",
     ),
     ("train: limit inf", [*TRAIN, "--set", "time_limit_start=inf"], 2, "finite and > 0"),
+    ("snapshot every 0", [*TRAIN, "--set", "snapshot_every=0"], 2, "snapshot_every must be >= 1"),
+    ("snapshot every -1", [*TRAIN, "--set", "snapshot_every=-1"], 2, "integer), not -1"),
+    ("chunk 0", [*TRAIN, "--set", "chunk=0"], 2, "chunk must be >= 1 (a 64-bit integer), not 0"),
+    ("chunk -1", [*TRAIN, "--set", "chunk=-1"], 2, "chunk must be >= 1 (a 64-bit integer), not -1"),
+    ("entropy nan", [*TRAIN, "--set", "entropy_coef=nan"], 2, "entropy_coef must be finite"),
+    ("penalty nan", [*TRAIN, "--set", "latency_penalty=nan"], 2, "latency_penalty must be fin"),
+    ("penalty -inf", [*TRAIN, "--set", "latency_penalty=-inf"], 2, "and >= 0, not -inf"),
+    ("learning rate inf", [*TRAIN, "--set", "learning_rate=inf"], 2, "learning_rate must be fin"),
+    ("grad norm nan", [*TRAIN, "--set", "max_grad_norm=nan"], 2, "max_grad_norm must be finite"),
+    ("grad norm -1", [*TRAIN, "--set", "max_grad_norm=-1.0"], 2, "and > 0, not -1.0"),
+    (
+        "hf_server on tiny",
+        [*TRAIN, "--set", 'hf_server="sglang:http://127.0.0.1:1"'],
+        2,
+        "backend = 'tiny' ignores hf_server = 'sglang:http://127.0.0.1:1'",
+    ),
+    (
+        "hf_server garbled",
+        [*TRAIN, "--set", 'backend="hf"', "--set", "hf_model={tmp}", "--set", HF_SERVER_BAD],
+        2,
+        "hf_server: policy sglang:http://[::1: 'http://[::1' is not a valid URL",
+    ),
+    (
+        "train: param inf",
+        [*TRAIN, "--set", "world=workshop", "--set", "params={{work_seconds = inf}}"],
+        2,
+        "parameter work_seconds=inf: numbers must be finite",
+    ),
     ("train: limit 0", [*TRAIN, "--set", "time_limit_end=0.0"], 2, "finite and > 0"),
     ("train seed over", [*TRAIN, "--set", f"seed={BIG}"], 2, "seed must be in 0..2**64-1"),
     ("group of one", [*TRAIN, "--set", "group_size=1"], 2, "group_size must be >= 2"),
@@ -266,6 +327,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     p["prim"].write_text(head.format("Prim", "") + "    def msg(self, agent): return ''\n")
     p["negdur"] = tmp / "negdur.py"
     p["negdur"].write_text(head.format("Slow", "duration=-5.0") + "    def go(self, agent): ...\n")
+    # World files that end the import their own way.
+    p["exits"] = tmp / "exits.py"
+    p["exits"].write_text("import sys\n\nsys.exit(3)\n")
+    p["base"] = tmp / "base.py"
+    p["base"].write_text("raise BaseException('no')\n")
 
     ep = run_episode(
         EpisodeConfig(world="workshop", agents=3, time_limit=120, tokenizer="bytes"),

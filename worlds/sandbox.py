@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -66,6 +67,15 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     memory_mb: int = 512
     file_mb: int = 4  # the largest file the code may write, its output included
     output_chars: int = 2000  # how much of the output comes back
+
+    def __post_init__(self) -> None:
+        # A run is always bounded: no infinite, NaN or absent wall time, whoever asks.
+        wall = self.wall_seconds
+        if not (isinstance(wall, int | float) and 0 < wall < math.inf):
+            raise ValueError(f"sandbox: wall_seconds must be finite and > 0, not {wall!r}")
+        for name in ("cpu_seconds", "memory_mb", "file_mb", "output_chars"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise ValueError(f"sandbox: {name} must be >= 1, not {getattr(self, name)!r}")
 
 
 class Call(msgspec.Struct, frozen=True):
