@@ -461,13 +461,16 @@ def cmd_train(a: argparse.Namespace) -> int:
     from collective.train import Interrupted, load_config, read_metrics, train
 
     if a.resume:
-        if a.config or a.set or a.out:
-            print("train: --resume RUN_DIR takes no config, --set or --out", file=sys.stderr)
+        if a.config or a.out:
+            print("train: --resume RUN_DIR takes no config or --out", file=sys.stderr)
             return 2
+        others = [s for s in a.set if s.partition("=")[0].strip() != "steps"]
+        if others:  # a run keeps its config; it may only be extended
+            raise ValueError(f"--resume takes only --set steps=N (to extend the run), not {others}")
         run_dir = Path(a.resume)
         if not (run_dir / "config.toml").is_file():
             raise ValueError(f"--resume {run_dir}: no run to resume (no config.toml)")
-        cfg = load_config(run_dir / "config.toml")
+        cfg = load_config(run_dir / "config.toml", a.set)
     else:
         if not a.config or not a.out:
             print(
@@ -713,7 +716,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config field (repeatable), e.g. --set steps=10",
     )
-    t.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run")
+    t.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a stopped run, with the config it began with (--set steps=N extends it)",
+    )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
     pl = sub.add_parser("plot", help="draw a training run's metrics")

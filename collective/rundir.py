@@ -3,6 +3,10 @@
 ::
 
     RUN/config.toml         the config as used (every field): the run is reproducible from it
+    RUN/config.json         the config as the run began, and its digest: a resume checks
+                            config.toml against it (only ``--set steps=N`` may change, logged
+                            in RUN/resumes.jsonl)
+    RUN/lock                flock-ed by the one process training here (it holds that pid)
     RUN/metrics.jsonl       one StepMetrics line per finished step
     RUN/ledger.jsonl        one Ledger line per finished step: the episode files it used or dropped
     RUN/checkpoints/        the backend's latest (and step-N snapshots), train-state.pt for resume
@@ -17,10 +21,14 @@ files of the groups after it, so it continues exactly where the uninterrupted ru
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shutil
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +36,24 @@ import msgspec
 import torch
 import trio
 
-from collective.config import TrainConfig, dump_config
+from collective.config import (
+    TrainConfig,
+    changed_fields,
+    config_digest,
+    config_fields,
+    dump_config,
+    load_config,
+)
 from collective.records import Episode, load_episode, save_episode
 
 TEAM_BUCKETS = ("solo", "2", "3", "4", "5-8", "9+")
+LOCK = "lock"  # RUN/lock: held (flock) by the process training in RUN
+PROBE = ".collective-probe-"  # collective.outputs' write probe: a racing start's, for a moment
+
+
+def _ours(name: str) -> bool:
+    """Whether an entry of a new run's folder is only what starting a run puts there."""
+    return name == LOCK or name.startswith(PROBE)
 
 
 def bucket(team: int) -> str:
@@ -145,6 +167,8 @@ class RunDir:
         self.made = next(
             (p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None
         )
+        self.created = False  # whether create() has run: before it, a new run has kept nothing
+        self.extended_from: int | None = None  # a resume's `--set steps=N`: the steps it had
 
     def check(self, resume: bool) -> None:
         """A new run needs an empty (or absent) writable folder; a resumed one its config."""
@@ -154,11 +178,124 @@ class RunDir:
             if not (self.path / "config.toml").is_file():
                 raise ValueError(f"{self.path}: no run to resume (no config.toml)")
             return
-        check_dir(self.path, "run directory")
-        if self.path.exists() and any(self.path.iterdir()):
+        for attempt in range(3):
+            try:
+                check_dir(self.path, "run directory")
+                break
+            except FileNotFoundError:  # its write probe, removed by a racing start's cleanup
+                if attempt == 2:
+                    raise
+        if self.path.exists() and any(not _ours(p.name) for p in self.path.iterdir()):
             raise ValueError(
                 f"{self.path} already holds a run; resume it with --resume or pick --out"
             )
+
+    @contextmanager
+    def lock(self, resume: bool) -> Iterator[None]:
+        """Hold the run directory for this process, for as long as the run lasts: an exclusive
+        ``flock`` on ``RUN/lock``, which the kernel releases however the process ends (kill -9
+        leaves no stale lock). A second process is refused in one line naming the holder's pid,
+        having changed nothing. The checks run before the lock (a folder that holds something
+        else gets no lock file) and again under it (what another process did meanwhile); a
+        resume's config is checked against the one the run began with. A new run that fails
+        before ``create`` is removed again, under the lock, so nobody else's start can race it.
+        """
+        self.check(resume)
+        if not resume:  # what this run will have made (a racing start may make it first)
+            self.made = next(
+                (p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None
+            )
+        fd = self._take_lock(make=not resume)
+        try:
+            self.check(resume)
+            if resume:
+                self._check_config()
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            yield
+        except BaseException:
+            if not resume and not self.created:
+                self.remove_if_unstarted()
+            raise
+        finally:
+            os.close(fd)  # the lock goes with the descriptor
+
+    def _take_lock(self, make: bool) -> int:
+        lock = self.path / LOCK
+        for _ in range(100):
+            try:
+                if make:
+                    self.path.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:
+                raise ValueError(f"{self.path}: no run to resume (it was removed)") from None
+            except OSError as e:
+                raise ValueError(f"{lock}: cannot open the run's lock ({e.strerror})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                holder = _holder(fd)
+                os.close(fd)
+                if isinstance(e, BlockingIOError):
+                    raise ValueError(
+                        f"{self.path} is in use: {holder} is training there (it holds "
+                        f"{lock}); wait for it to end or stop it"
+                    ) from None
+                raise ValueError(f"{lock}: cannot lock it ({e.strerror})") from None
+            # A failed start removes its folder under the lock: if ours was removed between
+            # open and flock, it locks nothing; try again on the path as it is now.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(lock))
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                return fd
+            os.close(fd)
+        raise ValueError(f"{lock}: cannot hold it (it keeps being removed)")
+
+    def _check_config(self) -> None:
+        """A resumed run is the run it began as: ``config.toml`` must say what it said then
+        (``config.json`` holds that, with its digest), and the config this resume runs may
+        differ from it only by ``steps`` (``--set steps=N``: extending a run)."""
+        on_disk = load_config(self.path / "config.toml")
+        record = self.path / "config.json"
+        if record.exists():
+            try:
+                began = json.loads(record.read_bytes())
+                digest, fields = began["digest"], began["config"]
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{record}: not a readable config record") from None
+            if digest != config_digest(on_disk):
+                edits = _changes(changed_fields(fields, config_fields(on_disk)))
+                raise ValueError(
+                    f"{self.path / 'config.toml'} was edited after the run began "
+                    f"({edits or 'it no longer matches the digest in config.json'}); a run "
+                    "keeps one config: put it back, or train the new config with --out "
+                    "(a resume may extend a run with --set steps=N)"
+                )
+        new = changed_fields(config_fields(on_disk), config_fields(self.cfg))
+        if not new:
+            return
+        if set(new) != {"steps"}:
+            new.pop("steps", None)
+            raise ValueError(f"a resume may change only steps (--set steps=N), not {_changes(new)}")
+        if self.cfg.steps < on_disk.steps:
+            raise ValueError(
+                f"--set steps={self.cfg.steps}: the run has steps = {on_disk.steps}; a resume "
+                "may extend a run, not shorten it"
+            )
+        if self.cfg.time_limit != "constant" and self.cfg.time_limit_start != (
+            self.cfg.time_limit_end
+        ):
+            raise ValueError(
+                f"--set steps={self.cfg.steps}: the run's time limit is {self.cfg.time_limit} "
+                "over its steps; extending it would change the schedule of the steps to come"
+            )
+        self.extended_from = on_disk.steps
 
     def restore(
         self, backend: Any, model: Any, learner: Any
@@ -195,8 +332,16 @@ class RunDir:
         the resume redoes."""
         for sub in ("checkpoints", "episodes", "plots"):
             (self.path / sub).mkdir(parents=True, exist_ok=True)
-        if not resume:
-            (self.path / "config.toml").write_text(dump_config(self.cfg))
+        if self.extended_from is not None:  # --set steps=N on resume: said where it happened
+            change = {"step": step, "steps": self.cfg.steps, "was": self.extended_from}
+            with (self.path / "resumes.jsonl").open("a") as f:
+                f.write(json.dumps(change) + "\n")
+        if not resume or self.extended_from is not None:
+            _write_bytes(self.path / "config.toml", dump_config(self.cfg).encode())
+        if not resume or self.extended_from is not None or not (self.path / "config.json").exists():
+            record = {"digest": config_digest(self.cfg), "config": config_fields(self.cfg)}
+            _write_bytes(self.path / "config.json", json.dumps(record).encode() + b"\n")
+        self.created = True
         for leftover in self.episodes.glob(".*.tmp"):  # a write cut short by a kill
             leftover.unlink()
         for name in ("metrics.jsonl", "ledger.jsonl"):
@@ -233,7 +378,9 @@ class RunDir:
             shutil.rmtree(self.made, ignore_errors=True)
         else:  # the folder was there, empty (checked before the run): empty it again
             for p in self.path.iterdir():
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                if p.name.startswith(PROBE):
+                    continue  # (another start's, which it removes itself)
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
     @trio.lowlevel.enable_ki_protection
     def commit(
@@ -265,6 +412,16 @@ class RunDir:
                 (self.episodes / n).unlink(missing_ok=True)
 
 
+def _holder(fd: int) -> str:
+    """Who holds a run's lock: the pid it wrote there (a moment after taking the lock)."""
+    for _ in range(50):
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if pid:
+            return f"process {pid}"
+        time.sleep(0.02)
+    return "another process"
+
+
 def first_line(e: BaseException) -> str:
     """The telling line of an error from torch (its messages run to many lines)."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -272,9 +429,17 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(telling or lines or [''])[0][:300]}"
 
 
+def _changes(fields: dict[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in fields.items())
+
+
 def _write_lines(path: Path, lines: Sequence[bytes]) -> None:
+    _write_bytes(path, b"".join(line + b"\n" for line in lines))
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(line + b"\n" for line in lines))
+    tmp.write_bytes(data)
     tmp.replace(path)
 
 

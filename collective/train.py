@@ -261,12 +261,15 @@ def train(
 ) -> list[StepMetrics]:
     """Train, writing everything into ``run_dir``; with ``resume``, continue a stopped run.
 
-    Everything is checked and built first (config, worlds, model, a resumed run's state); only
-    then is the run directory made, so a start that fails leaves nothing behind (and a failed
-    resume leaves the run as it was). Ctrl-C raises :class:`Interrupted` once the step in hand
-    is either fully written or not at all; ``--resume`` continues from there, as if never
-    stopped. ``stop_after`` ends the run after that many steps of this invocation (tests use it
-    to simulate an interruption). Returns the metrics of the steps run now.
+    The run directory is this process's alone while it runs (``RunDir.lock``: a second
+    ``train`` on it is refused, naming this one's pid), and a resume runs the config the run
+    began with (only ``steps`` may grow). Everything is checked and built first (config,
+    worlds, model, a resumed run's state); only then is the run directory written, so a start
+    that fails leaves nothing behind (and a failed resume leaves the run as it was). Ctrl-C
+    raises :class:`Interrupted` once the step in hand is either fully written or not at all;
+    ``--resume`` continues from there, as if never stopped. ``stop_after`` ends the run after
+    that many steps of this invocation (tests use it to simulate an interruption). Returns the
+    metrics of the steps run now.
 
     With ``[cluster] backend = "ray"`` and ``learner_gpus > 0`` this whole function runs in a
     Ray actor holding those GPUs (``collective.cluster.train_on_learner_node``; ``here`` is
@@ -279,12 +282,18 @@ def train(
             why = str(e) if isinstance(e, LearnerDied) else "interrupted"
             raise Interrupted(f"{why}; resume with `collective train --resume {run_dir}`") from None
         return [msgspec.json.decode(r, type=StepMetrics) for r in rows]
-    from tqdm import tqdm
-
-    # -- check and build everything; nothing is written yet -----------------------------------
     check_logger(cfg.logger)  # a missing extra fails here, before anything is written
     run = RunDir(run_dir, cfg)
-    run.check(resume)
+    with run.lock(resume):  # one process per run directory, for the whole run
+        return _train(cfg, run, resume=resume, progress=progress, stop_after=stop_after)
+
+
+def _train(
+    cfg: TrainConfig, run: RunDir, *, resume: bool, progress: bool, stop_after: int | None
+) -> list[StepMetrics]:
+    from tqdm import tqdm
+
+    # -- check and build everything; nothing but the lock is written yet ---------------------
     validate(cfg)
     torch.manual_seed(cfg.seed)
     # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and

@@ -10,6 +10,7 @@ behind. Placeholders in braces name files the ``env`` fixture makes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -27,6 +29,7 @@ from hostile import seal
 from collective import EpisodeConfig, run_episode, save_episode
 from collective.cli import main
 from collective.records import encode_episode, episode_file_bytes
+from collective.rundir import RunDir
 from collective.train import load_config, read_metrics, train
 from policy.tiny import TinyConfig, TinyModel
 from policy.tiny.checkpoint import save_checkpoint
@@ -293,7 +296,23 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("run dir in /proc", ["train", "{small}", "--out", "/proc/run"], 2, "cannot write in /proc"),
     # -- train: resume -------------------------------------------------------------------------
     ("resume nothing", ["train", "--resume", "{tmp}/none"], 2, "no run to resume"),
-    ("resume and --set", ["train", "--resume", "{run}", "--set", "steps=3"], 2, "takes no config"),
+    ("resume and --set", ["train", "--resume", "{run}", "--set", "seed=3"], 2, "only --set steps"),
+    ("resume, a config", ["train", "{small}", "--resume", "{run}"], 2, "takes no config or --out"),
+    ("resume shortens", ["train", "--resume", "{run}", "--set", "steps=1"], 2, "not shorten it"),
+    (
+        "config.toml edited",
+        ["train", "--resume", "{run_edited}"],
+        2,
+        "config.toml was edited after the run began (seed 0 -> 3, learning_rate 0.003 -> 0.01",
+    ),
+    (
+        "schedule extended",
+        ["train", "--resume", "{run_linear}", "--set", "steps=4"],
+        2,
+        "the run's time limit is linear over its steps; extending it would change the schedule",
+    ),
+    ("run dir in use", ["train", "{small}", "--out", "{held}"], 2, "is in use: process {pid}"),
+    ("resume in use", ["train", "--resume", "{run_held}"], 2, "is in use: process {pid} is"),
     ("state garbage", ["train", "--resume", "{run_garbage}"], 2, "not a readable training state"),
     ("state truncated", ["train", "--resume", "{run_trunc}"], 2, "not a readable training state"),
     ("[model] edited", ["train", "--resume", "{run_width}"], 2, "size mismatch"),
@@ -303,7 +322,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     tmp = tmp_path_factory.mktemp("bad")
     p: dict[str, Path] = {"tmp": tmp}
     os.mkfifo(tmp / "fifo")
@@ -387,8 +406,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
     # A checkpoint 64 wide, and a finished one-step run with three broken copies.
     p["ckpt"] = save_checkpoint(TinyModel.fresh(TinyConfig(context=96)), tmp / "wide.pt")
-    p["run"] = tmp / "run"
-    train(load_config(p["small"], ["steps=1"]), p["run"], progress=False)
+    p["run"] = tmp / "run"  # steps = 2, stopped after one
+    train(load_config(p["small"]), p["run"], progress=False, stop_after=1)
+    p["run_linear"] = tmp / "run_linear"
+    linear = ['time_limit="linear"', "time_limit_end=30.0", "steps=1"]
+    train(load_config(p["small"], linear), p["run_linear"], progress=False)
     for kind in ("garbage", "trunc", "width"):
         copy = tmp / f"run_{kind}"
         shutil.copytree(p["run"], copy)
@@ -397,11 +419,25 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             state.write_bytes(b"junk\n")
         elif kind == "trunc":
             state.write_bytes(state.read_bytes()[:3000])
-        else:
+        else:  # [model] edited in a run from before config.json: the state does not fit
             cfg = copy / "config.toml"
             cfg.write_text(cfg.read_text().replace("d_model = 32", "d_model = 48"))
+            (copy / "config.json").unlink()
         p[f"run_{kind}"] = copy
-    return {k: str(v) for k, v in p.items()}
+    p["run_edited"] = tmp / "run_edited"
+    shutil.copytree(p["run"], p["run_edited"])
+    edited = p["run_edited"] / "config.toml"
+    text = edited.read_text().replace("\nseed = 0\n", "\nseed = 3\n")
+    edited.write_text(text.replace("learning_rate = 0.003", "learning_rate = 0.01"))
+    # Run directories another training holds: a new one, and a run to resume.
+    p["held"] = tmp / "held"
+    p["run_held"] = tmp / "run_held"
+    shutil.copytree(p["run"], p["run_held"])
+    with contextlib.ExitStack() as held:
+        held.enter_context(RunDir(p["held"], load_config(p["small"])).lock(resume=False))
+        resumed = load_config(p["run_held"] / "config.toml")
+        held.enter_context(RunDir(p["run_held"], resumed).lock(resume=True))
+        yield {**{k: str(v) for k, v in p.items()}, "pid": str(os.getpid())}
 
 
 @pytest.mark.parametrize(
@@ -416,6 +452,7 @@ def test_bad_input(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = [a.format(**env) for a in argv]
+    fragment = fragment.format(**env)
     newrun = Path(env["newrun"])
     shutil.rmtree(newrun, ignore_errors=True)
     try:
@@ -439,6 +476,7 @@ def test_nothing_in_the_table_was_replaced_or_left_behind(env: dict[str, str]) -
     assert Path("/dev/full").is_char_device() and Path("/dev/null").is_char_device()
     assert Path(env["fifo"]).is_fifo() and Path(env["dirlink"]).is_symlink()
     assert Path(env["file"]).read_text() == "a file\n"
+    assert [p.name for p in Path(env["held"]).iterdir()] == ["lock"], "a held run was changed"
     leftovers = [p for p in Path(env["tmp"]).rglob(".*")]
     assert leftovers == [], leftovers
 
