@@ -238,8 +238,10 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
 
 
 def config_fields(cfg: TrainConfig) -> dict[str, Any]:
-    """The config as JSON holds it (tuples as lists): what a run's config record keeps."""
-    return json.loads(json.dumps(msgspec.to_builtins(cfg)))
+    """The config as its config.toml reads back (tuples as lists; a float field given as 1 is
+    1.0), as JSON holds it: what a run's config record keeps."""
+    typed = msgspec.convert(msgspec.to_builtins(cfg), TrainConfig)
+    return json.loads(msgspec.json.encode(typed))
 
 
 def config_digest(cfg: TrainConfig) -> str:

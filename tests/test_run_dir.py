@@ -226,6 +226,15 @@ def test_steps_may_grow_on_resume_and_the_run_is_the_longer_run(tmp_path: Path) 
     assert len(read_metrics(run)) == 3 and not os.path.exists(run / "config.toml.tmp")
 
 
+def test_a_config_made_in_code_resumes_as_its_config_toml_reads_back(tmp_path: Path) -> None:
+    """Integers given for float fields (``time_limit_start=60``) are the same config as the
+    ``60.0`` config.toml reads back: not an edit."""
+    run = tmp_path / "run"
+    cfg = _cfg(steps=2, time_limit_start=60, time_limit_end=60, lora_alpha=16)
+    train(cfg, run, progress=False, stop_after=1)
+    assert len(train(cfg, run, resume=True, progress=False)) == 1
+
+
 def test_a_run_from_before_the_config_record_resumes_and_gets_one(tmp_path: Path) -> None:
     run = tmp_path / "run"
     train(_cfg(steps=2), run, progress=False, stop_after=1)
