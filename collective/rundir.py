@@ -26,11 +26,13 @@ import json
 import os
 import re
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import torch
@@ -178,13 +180,7 @@ class RunDir:
             if not (self.path / "config.toml").is_file():
                 raise ValueError(f"{self.path}: no run to resume (no config.toml)")
             return
-        for attempt in range(3):
-            try:
-                check_dir(self.path, "run directory")
-                break
-            except FileNotFoundError:  # its write probe, removed by a racing start's cleanup
-                if attempt == 2:
-                    raise
+        check_dir(self.path, "run directory")
         if self.path.exists() and any(not _ours(p.name) for p in self.path.iterdir()):
             raise ValueError(
                 f"{self.path} already holds a run; resume it with --resume or pick --out"
@@ -200,35 +196,42 @@ class RunDir:
         resume's config is checked against the one the run began with. A new run that fails
         before ``create`` is removed again, under the lock, so nobody else's start can race it.
         """
-        self.check(resume)
+        try:
+            self.check(resume)
+        except FileNotFoundError:  # (its write probe, or the folder, removed as it looked)
+            raise ValueError(
+                f"{self.path} changed while it was checked: another train is starting there"
+            ) from None
         if not resume:  # what this run will have made (a racing start may make it first)
             self.made = next(
                 (p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None
             )
-        fd = self._take_lock(make=not resume)
+        held: BinaryIO | None = None
+        checked = False
         try:
-            self.check(resume)
-            if resume:
-                self._check_config()
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
+            with _ctrl_c_held_back():  # (no lock half taken, no folder made and left)
+                held = self._take_lock(make=not resume)
+                self.check(resume)
+                if resume:
+                    self._check_config()
+                checked = True
             yield
         except BaseException:
-            if not resume and not self.created:
+            if checked and not resume and not self.created:
                 self.remove_if_unstarted()
             raise
         finally:
-            os.close(fd)  # the lock goes with the descriptor
+            if held is not None:  # the lock goes with the file (also if a Ctrl-C lands here:
+                held.close()  # then when the generator's frame is freed)
 
-    def _take_lock(self, make: bool) -> int:
+    def _take_lock(self, make: bool) -> BinaryIO:
         lock = self.path / LOCK
         for _ in range(100):
             try:
                 if make:
                     self.path.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                f = open(lock, "a+b", buffering=0)  # noqa: SIM115  (held for the run)
+                fd = f.fileno()
             except FileNotFoundError:
                 raise ValueError(f"{self.path}: no run to resume (it was removed)") from None
             except OSError as e:
@@ -237,7 +240,7 @@ class RunDir:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 holder = _holder(fd)
-                os.close(fd)
+                f.close()
                 if isinstance(e, BlockingIOError):
                     raise ValueError(
                         f"{self.path} is in use: {holder} is training there (it holds "
@@ -253,8 +256,8 @@ class RunDir:
             if same:
                 os.ftruncate(fd, 0)
                 os.write(fd, f"{os.getpid()}\n".encode())
-                return fd
-            os.close(fd)
+                return f
+            f.close()
         raise ValueError(f"{lock}: cannot hold it (it keeps being removed)")
 
     def _check_config(self) -> None:
@@ -410,6 +413,24 @@ class RunDir:
         if not self.cfg.keep_episodes:
             for n in ledger.used + ledger.dropped:
                 (self.episodes / n).unlink(missing_ok=True)
+
+
+@contextmanager
+def _ctrl_c_held_back() -> Iterator[None]:
+    """A Ctrl-C while a run directory's lock is being taken and checked lands once that is
+    done (held, or refused): never between making the folder and holding its lock, where
+    nobody could remove the folder safely."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # (signals go to the main thread only)
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pressed:
+            signal.raise_signal(signal.SIGINT)  # to the handler there was: Ctrl-C, now
 
 
 def _holder(fd: int) -> str:

@@ -147,16 +147,18 @@ def test_a_resume_is_refused_while_another_process_resumes(tmp_path: Path) -> No
 def test_only_one_of_many_racing_starts_holds_the_folder_and_failed_starts_leave_nothing(
     tmp_path: Path,
 ) -> None:
-    """Eight starts race for one new run directory, 800 times between them; each that gets it
+    """Eight starts race for one new run directory, 1600 times between them; each that gets it
     fails (as a start with a bad config would) and so removes what it made, under its lock. No
-    two ever hold it at once, and the one holding it always holds the lock file that is there
-    (a start that opened the lock file just before another's cleanup removed it must not
-    think it holds the folder). Threads, but each its own open file: flock's exclusion is per
-    open file, the same between threads as between processes."""
+    two ever hold it at once (a start refused is refused in one line, a ValueError), and the
+    one holding it always holds the lock file that is there (a start that opened the lock file
+    just before another's cleanup removed it must not think it holds the folder). Threads, but
+    each its own open file: flock's exclusion is per open file, the same between threads as
+    between processes."""
     run = tmp_path / "deep" / "run"
     inside: list[int] = []
     problems: list[str] = []
     held = refused = 0
+    in_use: list[bool] = []
     count = threading.Lock()
 
     class Failed(Exception):
@@ -164,7 +166,7 @@ def test_only_one_of_many_racing_starts_holds_the_folder_and_failed_starts_leave
 
     def racer() -> None:
         nonlocal held, refused
-        for _ in range(800 // 8):
+        for _ in range(1600 // 8):
             try:
                 with RunDir(run, _cfg()).lock(resume=False):
                     inside.append(1)
@@ -174,13 +176,13 @@ def test_only_one_of_many_racing_starts_holds_the_folder_and_failed_starts_leave
                         problems.append("the holder's lock file is gone")
                     with count:
                         held += 1
-                    time.sleep(0.001)
+                    time.sleep(0)
                     inside.pop()
                     raise Failed
             except Failed:
                 pass
-            except ValueError as e:
-                assert "is in use" in str(e) or "already holds a run" in str(e), e
+            except ValueError as e:  # one line from the command line, whatever it says
+                in_use.append("is in use" in str(e))
                 with count:
                     refused += 1
 
@@ -190,7 +192,10 @@ def test_only_one_of_many_racing_starts_holds_the_folder_and_failed_starts_leave
     for t in threads:
         t.join()
     assert problems == []
-    assert held >= 8 and held + refused == 8 * (800 // 8)
+    assert held >= 8 and held + refused == 8 * (1600 // 8)
+    # Most refusals name the holder; a start that looks as a failed one removes the folder
+    # gets another one line (the folder changed as it was checked, or vanished as it was made).
+    assert sum(in_use) > len(in_use) / 2, (sum(in_use), len(in_use))
     # Nothing is left but, at most, empty folders: one a refused start made (it changes
     # nothing once refused) is, to the holder, an empty folder that was there before it.
     left = list((tmp_path / "deep").rglob("*"))
