@@ -18,10 +18,22 @@ def _pyplot():  # matplotlib is an optional extra; import it only when drawing
     return plt
 
 
+def landed(rows: Sequence[StepMetrics]) -> bool:
+    """Whether a run's lines have the landed_* and talk_* signs (runs written before they
+    existed have only the attempts, which the plots then draw, saying so)."""
+    return any(r.landed_rel for r in rows)
+
+
 def useful_work_lines(ax: Any, rows: Sequence[StepMetrics]) -> None:
-    """One line per team size: useful work per rollout over that step's average rollout."""
+    """One line per team size: useful work per rollout over that step's average rollout (the
+    landed work; an older run's attempts)."""
+    new = landed(rows)
     for b in TEAM_BUCKETS:
-        pts = [(r.step, r.useful_rel[b]) for r in rows if b in r.useful_rel]
+        pts = [
+            (r.step, (r.landed_rel if new else r.useful_rel)[b])
+            for r in rows
+            if b in (r.landed_rel if new else r.useful_rel)
+        ]
         if pts:
             ax.plot(*zip(*pts, strict=True), marker=".", label=b)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
@@ -65,16 +77,23 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     useful_work_lines(ax, rows)
+    new = landed(rows)
     ax.set(
         xlabel="step",
-        ylabel="useful tokens per rollout / this step's average",
+        ylabel=("landed" if new else "attempted (an older run)")
+        + " work tokens per rollout / this step's average",
         title="Useful work relative to the average rollout, by team size",
     )
     save(fig, "useful_work.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(steps, [r.comm_tokens_per_hour for r in rows])
-    ax.set(xlabel="step", ylabel="tokens / simulated hour", title="Communication intensity")
+    if new:
+        ax.plot(steps, [r.talk_per_agent_second for r in rows])
+        ylabel = "message and post tokens / agent-second"
+    else:
+        ax.plot(steps, [r.comm_tokens_per_hour for r in rows])
+        ylabel = "primitive tokens / simulated hour (an older run)"
+    ax.set(xlabel="step", ylabel=ylabel, title="Communication intensity")
     save(fig, "communication.png")
 
     fig, axes = plt.subplots(2, 2, figsize=(9, 6))

@@ -55,10 +55,13 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     score_mean: float
     duration_mean: float  # simulated seconds per episode
     output_tokens: int
-    useful_tokens_mean: float  # output tokens of turns acting on the world, per rollout
+    # Attempts, as the episode's Stats count them when an action begins: world tool calls the
+    # world then refused included, and every primitive (hire, read, ...) as communication. Kept
+    # so every run's lines read alike; the signs of life are the landed_* and talk_* below.
+    useful_tokens_mean: float  # output tokens of turns that began a world tool call, per rollout
     useful_average: float  # this step's average of that, over all its rollouts (every team size)
-    useful_rel: dict[str, float]  # by team size: useful tokens per rollout / this step's average
-    comm_tokens_per_hour: float  # message and post tokens per simulated hour
+    useful_rel: dict[str, float]  # by team size: those tokens per rollout / this step's average
+    comm_tokens_per_hour: float  # tokens of every primitive begun, per simulated hour
     staleness_mean: float
     staleness_max: int
     dropped_stale: int
@@ -76,6 +79,19 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     learner_seconds: float
     rollout_batch_mean: float
     wall_time: float  # seconds since the run (or its resumption) began
+    # The signs of life as named (collective/signs.py): useful work is the world tool calls that
+    # landed, communication the messages and posts that did. By team size (TEAM_BUCKETS), each
+    # relative to this step's average rollout (every team size alike). Empty or 0 in the lines
+    # of runs written before they existed (readers fall back to the attempts above).
+    landed_tokens_mean: float = 0.0  # output tokens of world calls that landed, per rollout
+    landed_units_mean: float = 0.0  # world calls that landed, per rollout
+    refused_share: float = 0.0  # of world calls' tokens that ended (landed or not): refused
+    landed_rel: dict[str, float] = {}  # landed tokens per rollout / this step's average
+    landed_per_agent: dict[str, float] = {}  # landed tokens per agent that took part
+    talk_tokens_mean: float = 0.0  # message and post tokens per rollout
+    talk_per_agent_second: float = 0.0  # message and post tokens / the agents' seconds alive
+    talk_rel: dict[str, float] = {}  # talk tokens per rollout / this step's average
+    talk_per_agent_second_by_team: dict[str, float] = {}
 
 
 class Ledger(msgspec.Struct):
