@@ -10,8 +10,9 @@ untrained policy through the same protocol) and, where the claim has a size, cle
 "no" otherwise, and always "no" when the figure or a baseline is missing.
 
 That bootstrap, and that rule, do not hold with a few seeds: with 3 training seeds a "95%"
-bootstrap over seeds x instances covers the truth 73-88% of the time when seeds differ
-(tests/test_intervals.py simulates it), and two intervals that must not overlap ignore that
+bootstrap over seeds x instances covers the truth 78% of the time when seeds differ as much as
+instances do, 90% when they differ a third as much (bench/coverage.py prints the table;
+tests/test_intervals.py asserts it), and two intervals that must not overlap ignore that
 trained and untrained share seeds and instances. The statistics findings are judged by now:
 
 - ``paired``: per-(seed, instance) differences, the trained policy against the same seed's
@@ -20,12 +21,13 @@ trained and untrained share seeds and instances. The statistics findings are jud
 - ``seed_interval``: the mean of per-seed values (one figure per training seed, over its
   instances) and its Student-t interval over seeds, the per-seed values reported with it. The
   seed is the unit that was replicated; a t-interval over S seed means is exact for normal
-  seed effects and covers 95% +- 1 in the simulations, with 3 seeds as with 6.
+  seed effects and covers 93.5-96% in the simulations, with 3 seeds as with 6.
 - ``hierarchical_bootstrap``: for any statistic of a seeds x instances design (a ratio, say),
   resampling seeds, then each chosen seed's instances, vectorised; its percentile interval is
   expanded for the few seeds (Hesterberg's expanded percentile: the tails taken at
-  Phi(-sqrt(S/(S-1)) t_{S-1})), which brings it to 94-95% where seeds differ; where they do not,
-  it counts the instances' noise twice and is conservative (up to ~99.7%).
+  Phi(-sqrt(S/(S-1)) t_{S-1})), which brings it to 91% (3 seeds) and 93.5% (6) where seeds
+  differ; where they do not it counts the instances' noise twice and is conservative (98.5-100%).
+  Findings are judged by the t-interval; this one is for statistics that are not a mean.
 - ``t_test`` and ``holm``: a finding's two-sided p-value from its per-seed values (a finding
   with several parts takes the largest, an intersection-union test), and Holm's step-down
   correction over the primary findings named in advance: ``judge_tests`` says "yes" only when
