@@ -73,6 +73,7 @@ from collective.intervals import (  # noqa: E402
     Interval,
     bootstrap,
     bootstrap_fn,
+    hierarchical_bootstrap,
     judge_tests,
     paired_contrast,
     seed_interval,
@@ -332,7 +333,9 @@ def figure(table: np.ndarray) -> Interval:
     instances, so labelled."""
     t = np.asarray(table, dtype=float)
     if t.shape[0] > 1:
-        return seed_interval(t.mean(axis=1))
+        iv = seed_interval(t.mean(axis=1))
+        iv.instances = t.shape[1]
+        return iv
     iv = bootstrap(t)
     iv.per_seed, iv.method = t.mean(axis=1).tolist(), "bootstrap over instances (one row)"
     return iv
@@ -639,9 +642,18 @@ def curve_table(runs: list[Path], field: Callable[[Any], float | None]) -> np.nd
 
 
 def ends(table: np.ndarray) -> tuple[Interval, Interval]:
-    """The first and the last 20% of training: (seeds x those steps) intervals."""
+    """The first and the last 20% of training: each seed's mean over those steps, and their
+    t-interval over seeds (one seed: the bootstrap over its steps, which are not independent
+    instances; a note beside a finding, never its verdict)."""
     k = max(1, table.shape[1] // 5)
-    return bootstrap(table[:, :k]), bootstrap(table[:, -k:])
+
+    def over(part: np.ndarray) -> Interval:
+        if part.shape[0] > 1:
+            with np.errstate(invalid="ignore"):
+                return seed_interval(np.nanmean(part, axis=1))
+        return bootstrap(part[:, np.isfinite(part).all(axis=0)])
+
+    return over(table[:, :k]), over(table[:, -k:])
 
 
 # -- figures ------------------------------------------------------------------------------------
@@ -902,6 +914,9 @@ def main(argv: list[str] | None = None) -> int:
                 "score": mean_score(ev),
                 "comm": figure(ev["comm"].mean(axis=1)),
                 "useful_per_agent": figure(ev["useful_per_agent"].mean(axis=1)),
+                # the same score's interval by resampling seeds, then instances (a check on
+                # the t-interval; missing with one row)
+                "score_hierarchical": hierarchical_bootstrap(ev["score"].mean(axis=1)),
             }
             for k, ev in raw[name].items()
         }
@@ -942,6 +957,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[no_pressure] at {LOOSE:g} s: {own_limit.text()}", flush=True)
     buckets = list(dict.fromkeys(bucket(t) for t in teams))
     useful_h = {b: {k: useful_rel(raw["main"][k], teams, b) for k in KINDS} for b in buckets}
+    talk_by_team = {  # held-out message and post tokens per agent-second, by team size
+        b: {
+            k: figure(raw["main"][k]["comm"][:, [bucket(t) == b for t in teams]].mean(axis=1))
+            for k in KINDS
+        }
+        for b in buckets
+    }
     latency = {k: got[f"latency|{k}"] for k in KINDS}
     lat = {k: latency_figures(lc) for k, lc in latency.items()}
 
@@ -1182,6 +1204,9 @@ def main(argv: list[str] | None = None) -> int:
         else None,
         "duration_over_limit_last_20pct": binding,
         "useful_rel_heldout": {b: {k: iv(x) for k, x in d.items()} for b, d in useful_h.items()},
+        "talk_per_agent_second_heldout_by_team": {
+            b: {k: iv(x) for k, x in d.items()} for b, d in talk_by_team.items()
+        },
         "latency": {
             k: {f: iv(x) if isinstance(x, Interval) else x for f, x in d.items() if f != "per_seed"}
             for k, d in lat.items()
