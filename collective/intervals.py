@@ -449,7 +449,7 @@ def hierarchical_bootstrap(
     resamples at once. ``statistic`` maps a batch of resampled arrays (shape [boot, seeds,
     instances, ...]) to ``boot`` values (default: the mean). ``expand``: Hesterberg's expanded
     percentile interval, the tails taken at Phi(-sqrt(S/(S-1)) t_{S-1}) instead of (1 - level)
-    / 2, for the few seeds (without it, 3 seeds cover ~75% where seeds differ)."""
+    / 2, for the few seeds (without it, 3 seeds cover ~78% where seeds differ)."""
     t = np.asarray(table, dtype=np.float64)
     if t.ndim < 2 or t.size == 0 or not np.isfinite(t).all():
         return MISSING
