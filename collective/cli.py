@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from collective import log as logsetup
-from collective.outputs import check_dir, check_file
+from collective.outputs import check_dir, check_file, writing_dir
 from collective.records import (
     Asked,
     Began,
@@ -72,6 +72,22 @@ def _param(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def _inputs(a: argparse.Namespace, *outputs: str) -> list[str]:
+    """Every path the command's arguments could name but ``outputs``: each argument, and each
+    part of a reference like ``file.py:Class`` or ``tiny:PATH``. An output that is one of
+    these (device and inode) is refused before any work (``outputs.check_file``)."""
+    found: list[str] = []
+    for key, value in vars(a).items():
+        if key in outputs:
+            continue
+        for v in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(v, tuple):  # --param KEY=VALUE
+                v = v[-1]
+            if isinstance(v, str | Path) and str(v):
+                found += [str(v), *str(v).split(":")]
+    return found
 
 
 def _summary(ep: Episode | EpisodeStream, wall: float, out: str | None) -> dict[str, Any]:
@@ -134,7 +150,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     # Everything checked before anything runs: a bad world, size or output path is one line
     # now, not a traceback after the whole episode.
     check_runnable(cfg)
-    out = check_file(a.out, "--out") if a.out else None
+    out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
     notice = make_organisation(cfg.org, cfg.budget).like_flat(one_policy=True)
     if notice:
         print(f"collective run: note: {notice}", file=sys.stderr)
@@ -202,7 +218,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
     check_runnable(msgspec.structs.replace(ep.config, world=world or ep.config.world))
     t0 = time.perf_counter()
     if a.until is None:
-        if a.out:
+        if a.out is not None:
             print("collective replay: error: --out needs --until (a fork)", file=sys.stderr)
             return 2
         policy = make_policy(a.policy) if a.policy else None
@@ -231,7 +247,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
         return 0
     if not 0 <= a.until <= ep.config.time_limit:  # before a policy (a server?) is started
         raise ValueError(f"--until {a.until}: outside the episode (0..{ep.config.time_limit:g})")
-    out = check_file(a.out, "--out") if a.out else None
+    out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
     policy = make_policy(a.policy or "random")
     try:
         forked = fork(ep, a.until, policy, sample_seed=a.seed, world=world)
@@ -242,7 +258,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
         print(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
         return 1
     if out is not None:
-        save_episode(forked, out)
+        save_episode(forked, out, "--out")
     summary = _summary(forked, time.perf_counter() - t0, a.out)
     summary.update(
         forked_at=a.until,
@@ -334,10 +350,10 @@ def describe(e: Any, exact: bool = False) -> str:
 @command
 def cmd_show(a: argparse.Namespace) -> int:
     ep = open_episode(a.episode)
-    if a.png:
+    if a.png is not None:
         from collective.swimlane import MAX_LANES, draw_timeline
 
-        check_file(a.png, "--png")
+        check_file(a.png, "--png", [a.episode])
 
         print(draw_timeline(ep, a.png))
         if ep.config.agents + ep.stats.hires > MAX_LANES:  # every agent that ever lived
@@ -404,8 +420,9 @@ def cmd_trace(a: argparse.Namespace) -> int:
     from collective.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
 
     ep = open_episode(a.episode)
-    keep = parse_agents(a.agents) if a.agents else None
-    out = check_file(a.out or Path(a.episode).with_suffix(".trace.json"), "--out")
+    keep = parse_agents(a.agents) if a.agents is not None else None
+    default = Path(a.episode).with_suffix(".trace.json")
+    out = check_file(a.out if a.out is not None else default, "--out", [a.episode])
     tracks = agents_in(ep, keep)
     if tracks > WARN_AGENTS:
         print(
@@ -519,9 +536,13 @@ def cmd_make_model(a: argparse.Namespace) -> int:
     from safetensors import safe_open
 
     from collective.make_model import MAKERS
+    from policy.hf_make import check_empty
 
     t0 = time.perf_counter()
-    path = MAKERS[a.kind](a.dir, seed=a.seed)
+    path = check_dir(a.dir, "make-model")
+    check_empty(path)
+    with writing_dir(path, "make-model") as building:  # renamed into place once whole
+        MAKERS[a.kind](building, seed=a.seed)
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
     summary = {"model": str(path), "kind": a.kind, "seed": a.seed, "parameters": params}
@@ -548,7 +569,7 @@ def cmd_study(a: argparse.Namespace) -> int:
 
     if not _have_matplotlib():  # checked now: the study draws scale.png after all its runs
         raise ValueError("study needs matplotlib for scale.png: pip install 'collective[plots]'")
-    out = check_dir(a.out, "--out")
+    out = check_dir(a.out, "--out", _inputs(a, "out"), writes=("scale.json", "scale.png"))
     cfg = ScaleConfig(
         checkpoint=a.checkpoint,
         world=a.world,

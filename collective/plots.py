@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from collective.outputs import check_dir, save_figure
 from collective.rundir import TEAM_BUCKETS, StepMetrics, read_metrics
 
 
@@ -34,8 +35,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     rows = read_metrics(run_dir)
     if not rows:
         raise ValueError(f"{run_dir}: metrics.jsonl has no steps yet")
-    out = run_dir / "plots"
-    out.mkdir(exist_ok=True)
+    out = check_dir(run_dir / "plots", "plot")
     plt = _pyplot()
     steps = [r.step for r in rows]
     written = []
@@ -43,7 +43,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     def save(fig, name: str) -> None:
         fig.tight_layout()
         path = out / name
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, "plot", dpi=110)
         plt.close(fig)
         written.append(path)
 
