@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -380,3 +381,30 @@ def save_figure(fig: object, path: str | Path, label: str = "output", dpi: int =
     with writing(path, label) as f:
         fig.savefig(f, dpi=dpi, format=path.suffix.lstrip(".") or None)  # type: ignore[attr-defined]
     return path
+
+
+# -- what reaches a terminal ------------------------------------------------------------------
+
+# C0 and C1 controls, DEL, and the characters that reorder or break a line (bidirectional
+# overrides and isolates, line and paragraph separators): what lets text from a file or an
+# agent set a terminal's title, clear its screen, or show a line other than the one printed.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    c = match.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """``text`` safe to print to a terminal: every control character written as an escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), as ``repr`` would, the rest as it is. ``keep_newlines``
+    keeps line breaks (where the layout puts them). The one place every human-readable output
+    of the command line goes through (``cli.say``); JSON is escaped by its encoder."""
+    if text.isprintable():
+        return text
+    return (_CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL).sub(_escaped, text)
