@@ -808,6 +808,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         one_line = printable(" ".join(str(e).split()))  # a message may run to many lines
         say(f"collective {args.command}: error: {one_line}", file=sys.stderr)
         return 2
+    except OSError as e:  # a write no writer of outputs.py made (a library's): still one line
+        if args.verbose:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        say(f"collective {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -137,18 +137,21 @@ def _stat(path: str | Path) -> os.stat_result | None:
         return None
 
 
-def not_an_input(path: str | Path, inputs: Iterable[str | Path], label: str) -> None:
-    """Refuse ``path`` if it is (device and inode, links resolved) one of ``inputs``: writing
-    it would destroy what the command reads."""
+def not_an_input(
+    path: str | Path, inputs: Iterable[str | Path], label: str, shown: str | Path = ""
+) -> None:
+    """Refuse ``path`` (``shown``: as the user gave it) if it is, device and inode, links
+    resolved, one of ``inputs``: writing it would destroy what the command reads."""
+    shown = shown or path
     out = _stat(path)
     if out is None:
         return
     for given in inputs:
         st = _stat(given) if given else None
         if st is not None and _same(out, st):
-            via = "" if Path(given) == Path(path) else f" (the same file as {given})"
+            via = "" if Path(given) == Path(shown) else f" (the same file as {given})"
             raise OutputError(
-                f"{label}: {path} is an input of this command{via}; writing it would destroy "
+                f"{label}: {shown} is an input of this command{via}; writing it would destroy "
                 "it: pick another path"
             )
 
@@ -169,7 +172,7 @@ def check_file(path: str | Path, label: str = "output", inputs: Iterable[str | P
         raise OutputError(f"{label}: {text} names a folder, not a file")
     _name_fits(path, label)
     target = _target(path, label)
-    not_an_input(target, inputs, label)
+    not_an_input(target, inputs, label, text)
     _writable_folder(target.parent, label)
     return target
 
