@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +89,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (p["run_state"] / "checkpoints").mkdir(parents=True)
     (p["run_state"] / "config.toml").write_text(SMALL_TOML)
     os.mkfifo(p["run_state"] / "checkpoints" / "train-state.pt")
+    p["run"] = tmp / "run"  # a finished run, to plot
+    done = cli("train", str(p["toml"]), "--out", str(p["run"]), "--quiet", timeout=300)
+    assert done.returncode == 0, done.stderr
     return p
 
 
@@ -135,9 +139,9 @@ def test_a_replay_is_bounded_by_its_record_not_by_the_limits_it_declares(tmp_pat
 
 
 @pytest.fixture
-def mounts(tmp_path: Path) -> Iterator[dict[str, Path]]:
+def mounts(tmp_path: Path, files: dict[str, Path]) -> Iterator[dict[str, Path]]:
     """A 64 KiB tmpfs (full after a few episodes' worth) and a read-only one, each holding an
-    old ``ep.msgpack``; skipped where mounting is not allowed."""
+    old ``ep.msgpack`` and a run's metrics; skipped where mounting is not allowed."""
     made: list[Path] = []
     try:
         for name, options in (("full", "size=64k"), ("ro", "size=64k")):
@@ -150,6 +154,8 @@ def mounts(tmp_path: Path) -> Iterator[dict[str, Path]]:
                 pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
             made.append(point)
             (point / "ep.msgpack").write_text("old\n")
+            (point / "run").mkdir()
+            shutil.copy(files["run"] / "metrics.jsonl", point / "run")
         subprocess.run(["mount", "-o", "remount,ro", str(made[1])], check=True)
         yield {"full": made[0], "ro": made[1], "tmp": tmp_path}
     finally:
@@ -174,6 +180,7 @@ def kept_and_clean(folder: Path) -> None:
         (["show", "{episode}", "--png", "{ro}/ep.msgpack"], "Read-only file system"),
         (["train", "{toml}", "--out", "{ro}/run", "--quiet"], "Read-only file system"),
         (["make-model", "tiny-lm", "{ro}/model"], "Read-only file system"),
+        (["plot", "{ro}/run"], "Read-only file system"),
         (["study", "scale", "", "--agents", "1", "--out", "{ro}/s", "--quiet"], "Read-only"),
     ],
     ids=lambda v: (
@@ -200,9 +207,9 @@ def test_a_full_disk_during_training_is_one_line(mounts: dict[str, Path], files:
     """Checkpoints are torch.save'd: serialised in memory first, so a full disk is the system's
     one-line error (and no half checkpoint), not torch's wrapped RuntimeError."""
     subprocess.run(["mount", "-o", "remount,size=200k", str(mounts["full"])], check=True)
-    done = cli("train", str(files["toml"]), "--out", str(mounts["full"] / "run"), "--quiet")
+    done = cli("train", str(files["toml"]), "--out", str(mounts["full"] / "new"), "--quiet")
     refused(done, "No space left on device")
-    assert not list((mounts["full"] / "run").rglob(".*")), "no temporary left"
+    assert not list((mounts["full"] / "new").rglob(".*")), "no temporary left"
 
 
 def _limit_file_size() -> None:
