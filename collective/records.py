@@ -589,14 +589,25 @@ _DIGEST_MISMATCH = "content does not match its digest (changed or corrupt)"
 
 
 def _decode_whole(body: bytes | memoryview, where: str) -> Episode:
+    """A file of the one-body layout, held to what a file of parts is: its turns' bounds
+    checked before they are built, then its records in :class:`_Order`."""
     try:
+        shape = _legacy_shape.decode(body)
+        _check_turns(shape.turns, shape.config.max_output_tokens + 1, where)
         ep = _decoder.decode(body)
     except msgspec.ValidationError as e:
         raise EpisodeFileError(f"{where}: episode does not match format {FORMAT}: {e}") from None
     except msgspec.DecodeError as e:
         raise EpisodeFileError(f"{where}: not a valid episode body: {e}") from None
+    except RecursionError:
+        raise EpisodeFileError(f"{where}: not a valid episode body: nested too deep") from None
     if ep.format != FORMAT:
         raise EpisodeFileError(f"{where}: episode format {ep.format}, this version reads {FORMAT}")
+    order = _Order(where)
+    parts = list(episode_parts(ep))
+    for part in parts[1:-1]:
+        order.chunk(part)  # type: ignore[arg-type]
+    order.closing(parts[-1])  # type: ignore[arg-type]
     return ep
 
 
@@ -642,12 +653,24 @@ def _check_bounds(data: bytes, tokens: int, where: str) -> None:
     token past ``max_output_tokens`` of any answer (``conductor.bounded``)."""
     shape = _shape_decoder.decode(data)
     if isinstance(shape, _ChunkShape):
-        for t in shape.turns:
-            if _items(t.token_ids) > tokens or _items(t.logprobs) > tokens:
-                raise EpisodeFileError(
-                    f"{where}: not a valid episode body: a turn of more than {tokens} tokens "
-                    "(its max_output_tokens + 1)"
-                )
+        _check_turns(shape.turns, tokens, where)
+
+
+def _check_turns(turns: list[_TurnShape], tokens: int, where: str) -> None:
+    for t in turns:
+        if _items(t.token_ids) > tokens or _items(t.logprobs) > tokens:
+            raise EpisodeFileError(
+                f"{where}: not a valid episode body: a turn of more than {tokens} tokens "
+                "(its max_output_tokens + 1)"
+            )
+
+
+class _LegacyShape(msgspec.Struct):
+    config: EpisodeConfig
+    turns: list[_TurnShape] = []
+
+
+_legacy_shape = msgspec.msgpack.Decoder(_LegacyShape)
 
 
 def _decode_part(frame: bytes | memoryview, where: str, bounds: int | None = None) -> Part:

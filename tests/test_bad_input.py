@@ -214,6 +214,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "nest deeper",
     ),
+    ("one body: 10^6 ids", ["show", "{legacy_ids}"], 2, "a turn of more than 65 tokens"),
+    ("one body: agent 99", ["trace", "{legacy_ghost}"], 2, "concerns agent 99, of 3 spawned"),
     ("trace --agents ''", ["trace", "{episode}", "--agents", ""], 2, "no agent ids given"),
     (
         "trace --agents 0-10^11",
@@ -541,6 +543,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = msgspec.to_builtins(ep)
     d["turns"][0]["reward"] = 1.0
     files["unknown"] = seal(msgspec.msgpack.encode(d))
+    # The one-body layout (still read) is held to the same rules.
+    d = msgspec.to_builtins(ep)
+    d["turns"][0].update(token_ids=[1] * 10**6, logprobs=[-0.5] * 10**6)
+    files["legacy_ids"] = seal(msgspec.msgpack.encode(d))
+    d = msgspec.to_builtins(ep)
+    next(e for e in d["events"] if e[0] == "commit")[2] = 99
+    files["legacy_ghost"] = seal(msgspec.msgpack.encode(d))
 
     # Records the whole loader refuses, digests recomputed: every reader must refuse them too.
     def reseal(name: str, change: object) -> None:
