@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collective.outputs import check_dir, save_figure
+from collective.outputs import check_dir, check_file, save_figure
 from collective.rundir import TEAM_BUCKETS, StepMetrics, read_metrics
 
 
@@ -42,7 +42,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 
     def save(fig, name: str) -> None:
         fig.tight_layout()
-        path = out / name
+        path = check_file(out / name, "plot", [run_dir / "metrics.jsonl"])
         save_figure(fig, path, "plot", dpi=110)
         plt.close(fig)
         written.append(path)

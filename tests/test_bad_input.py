@@ -475,6 +475,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("[model] edited", ["train", "--resume", "{run_width}"], 2, "size mismatch"),
     # -- plot ----------------------------------------------------------------------------------
     ("plot nothing", ["plot", "{tmp}/none"], 2, "no metrics.jsonl"),
+    ("plot over its metrics", ["plot", "{run_plotlink}"], 2, "is an input of this command"),
 ]
 
 
@@ -613,6 +614,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             cfg = copy / "config.toml"
             cfg.write_text(cfg.read_text().replace("d_model = 32", "d_model = 48"))
         p[f"run_{kind}"] = copy
+    # A run whose plots/returns.png links to its own metrics: plot must not write through it.
+    p["run_plotlink"] = tmp / "run_plotlink"
+    shutil.copytree(p["run"], p["run_plotlink"])
+    (p["run_plotlink"] / "plots").mkdir(exist_ok=True)
+    (p["run_plotlink"] / "plots" / "returns.png").symlink_to(p["run_plotlink"] / "metrics.jsonl")
     return {k: str(v) for k, v in p.items()}
 
 
