@@ -203,6 +203,7 @@ def test_an_output_the_disk_cannot_take_is_one_line_and_the_old_file_stays(
         kept_and_clean(folder)
 
 
+@pytest.mark.heavy
 def test_a_full_disk_during_training_is_one_line(mounts: dict[str, Path], files: dict) -> None:
     """Checkpoints are torch.save'd: serialised in memory first, so a full disk is the system's
     one-line error (and no half checkpoint), not torch's wrapped RuntimeError."""
@@ -262,6 +263,27 @@ def test_agent_text_and_file_content_print_escaped(tmp_path: Path) -> None:
     lines = cli("show", str(evil), "--observations").stdout.splitlines()
     assert lines[1].endswith("sees:") and lines[2].endswith("| line one"), lines[:5]
     assert lines[3].endswith(f"| {escaped}") and lines[4].endswith("| line three"), lines[:5]
+
+
+def test_a_world_error_prints_escaped_in_check_and_run(tmp_path: Path) -> None:
+    world = tmp_path / "evil.py"
+    world.write_text(
+        "from collective.world import World, tool\n\n"
+        "class Evil(World):\n"
+        "    @tool(duration=1.0)\n"
+        "    def go(self, agent: int) -> str:\n"
+        f"        raise RuntimeError({EVIL!r})\n\n"
+        "    def observe(self, agent: int) -> str:\n        return 'go'\n\n"
+        "    def score(self) -> float:\n        return 0.0\n"
+    )
+    ref = f"{world}:Evil"
+    quick = ["--agents", "2", "--seeds", "1", "--rollouts", "2", "--time-limit", "60"]
+    for argv, code in ((["check", ref, *quick], 1), (["run", ref], 2)):
+        done = cli(*argv)
+        text = done.stdout + done.stderr
+        assert done.returncode == code, text
+        assert "\x1b" not in text and "\u202e" not in text, argv
+        assert "RuntimeError: \\x1b]0;pwned\\x07" in text, text
 
 
 # -- records the loader refuses, against every reader (hypothesis) ----------------------------
