@@ -187,6 +187,7 @@ def solo(kind: str, seeds: list[int], n: int, latency: str) -> dict[str, Any]:
             t_team = first_at(c.curve, level) if level > 0 else None
             t_solo = first_at(o.curve, level) if level > 0 else None
             reached = t_solo is not None and t_solo <= stop
+            used = sum(len(t.token_ids) for t in o.turns if reached and t.answered <= t_solo)
             grid = np.linspace(0, LIMIT, 37)
             lead = max(curve_at(o.curve, g) - curve_at(c.curve, g) for g in grid)
             rows.append(
@@ -197,15 +198,24 @@ def solo(kind: str, seeds: list[int], n: int, latency: str) -> dict[str, Any]:
                     "solo_stopped_at": stop,
                     "solo_score_at_stop": curve_at(o.curve, stop),
                     "ratio": (t_solo / t_team) if reached and t_team else None,
+                    "solo_tokens_to_team_score_over_team_tokens": (
+                        round(used / budget, 3) if reached and budget else None
+                    ),
                     "censored": not reached,
                     "solo_early_lead": lead,
                 }
             )
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    thrift = [
+        r["solo_tokens_to_team_score_over_team_tokens"]
+        for r in rows
+        if r["solo_tokens_to_team_score_over_team_tokens"] is not None
+    ]
     return {
         "instances": rows,
         "ratio_mean_uncensored": float(np.mean(ratios)) if ratios else None,
         "censored_share": float(np.mean([r["censored"] for r in rows])),
+        "solo_tokens_to_team_score_over_team_tokens": float(np.mean(thrift)) if thrift else None,
         "horizon_share": float(np.mean([r["solo_end"] == "time_limit" for r in rows])),
         "solo_ends": {
             e: sum(r["solo_end"] == e for r in rows)
@@ -296,9 +306,9 @@ def verdicts(res: dict[str, Any]) -> dict[str, dict[str, bool]]:
             out.setdefault(f"team 8 at >= 1.8x the average rollout ({org})", {})[kind] = rel8 >= 1.8
         s = r["solo"]
         ratio = s["ratio_mean_uncensored"]
-        out.setdefault("solo needs >= 3x the team's time, budget binding", {})[kind] = bool(
-            ratio is not None and ratio >= 3 and s["horizon_share"] < 0.25
-        )
+        out.setdefault(
+            "solo needs >= 3x the team's time to its score (uncensored, horizon < 25%)", {}
+        )[kind] = bool(ratio is not None and ratio >= 3 and s["horizon_share"] < 0.25)
         out.setdefault("solo leads early (by >= 2 of 64 modules)", {})[kind] = (
             s["solo_early_lead_max"] >= 2 / 64
         )
