@@ -324,7 +324,7 @@ def verdicts(res: dict[str, Any]) -> dict[str, dict[str, bool]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--instances", type=int, default=3)
+    p.add_argument("--instances", type=int, default=6)
     p.add_argument("--seeds", type=int, default=2, help="untrained initial weights")
     p.add_argument("--latency", default="tiny-paced")
     p.add_argument("--bytes", action="store_true", help="only the prompt byte table")
