@@ -245,7 +245,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
                 {
                     "replay": "identical",
                     "events": len(ep.events),
-                    "turns": len(ep.turns),
+                    "turns": ep.stats.turns,  # as `run` counts them: answers that landed
                     "answers": "recomputed" if policy else "recorded",
                     "token_ids": "spell the text" if ep.config.tokenizer == "bytes" else "counted",
                     "wall_time": round(time.perf_counter() - t0, 3),
@@ -463,7 +463,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
     checker = compare(x, y)
     lines = checker.lines()
     if not lines:
-        say(f"identical episodes ({len(x.events)} events, {len(x.turns)} turns)")
+        say(f"identical episodes ({len(x.events)} events, {x.stats.turns} turns)")
         return 0
     for line in lines:
         if line.startswith("config "):
