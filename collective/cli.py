@@ -301,6 +301,8 @@ def cmd_check(a: argparse.Namespace) -> int:
     )
     for line in report.lines():
         say(printable(line))
+    if report.world_error:  # a bug in the world: as `run` says it, exit 2
+        raise ValueError(f"{report.world_error} (-v for the traceback)")
     return 0 if report.ok else 1
 
 

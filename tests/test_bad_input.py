@@ -109,8 +109,14 @@ CASES: list[tuple[str, list[str], int, str]] = [
     (
         "check a world bug",
         ["check", f"{FAULTY}", "--param", "bug=tool", *QUICK_CHECK],
-        1,
-        "FAIL  2 of 2 episodes ended world_error; the first: world",
+        2,
+        "raised KeyError: 'no such thing' at fragile.py:",
+    ),
+    (
+        "check a score of 1.5",
+        ["check", f"{FAULTY}", "--param", "bug=score", *QUICK_CHECK],
+        2,
+        "score() returned 1.5",
     ),
     ("check unseeded", ["check", f"{FRAGILE}:Unseeded", *QUICK_CHECK], 1, "FAIL  the same seed"),
     ("check a liar", ["check", f"{FRAGILE}:Liar", *QUICK_CHECK], 1, "monotone = True, but"),
