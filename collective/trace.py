@@ -12,7 +12,10 @@ second is one second of trace time), so a viewer's rulers read as the episode's 
 - process "commons": a thread per channel (posts and reads) and one for the archive (puts and
   searches).
 - process "policy": the policy batches, one slice per batch from when it was asked to when its
-  last answer landed, on as many lanes as needed so that no two overlap on one.
+  last answer landed, on as many lanes as needed so that no two overlap on one. A batch's
+  ``policy`` is the policy that ran the episode (``random``, a checkpoint, ...); its
+  ``org_policy`` is which of the organisation's two it answered for (``trained``, the one RLCR
+  updates, or ``frozen``), a role's, not a claim that the answers came from trained weights.
 - process "episode": the anytime score as a counter.
 - arrows (flow events): every delivered message from the action that sent it to the think that
   read it (or to the mark where it was lost), every post to its channel, every hire to the new
@@ -170,7 +173,8 @@ def trace_events(
         lanes[lane] = b.answered
         args = {
             "batch": i,
-            "policy": b.policy,
+            "policy": ep.config.policy,
+            "org_policy": b.policy,
             "requests": len(b.turns),
             "prompt_tokens": b.prompt_tokens,
             "output_tokens": b.output_tokens,
