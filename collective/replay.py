@@ -328,17 +328,13 @@ def differences(a: Record, b: Record, *, config: bool = True) -> list[str]:
 
 
 def tokenizer_of(policy: Policy) -> str:
-    """The tokenizer a policy's token ids are in, for ``EpisodeConfig.tokenizer``: "bytes" for
-    the byte-level policies (random, scripted, tiny), a policy's own ``tokenizer_name`` if it
-    declares one, else "" (not recorded: replay then cannot check that ids spell the text)."""
+    """The tokenizer a policy's token ids are in, for ``EpisodeConfig.tokenizer``: the policy's
+    own ``tokenizer_name`` ("bytes" for the byte-level random, scripted and tiny policies), else
+    "" (not recorded: replay then cannot check that ids spell the text). Declared by the policy,
+    not found by ``isinstance``: asking whether a random policy is a ``TinyPolicy`` imported
+    torch, 2-5 s of a fork or run that needs no torch at all."""
     declared = getattr(policy, "tokenizer_name", None)
-    if isinstance(declared, str):
-        return declared
-    from policy.scripted import ScriptedPolicy
-    from policy.tiny import TinyPolicy
-    from policy.uniform import RandomPolicy
-
-    return "bytes" if isinstance(policy, RandomPolicy | ScriptedPolicy | TinyPolicy) else ""
+    return declared if isinstance(declared, str) else ""
 
 
 def answer_problems(ep: Record) -> list[str]:

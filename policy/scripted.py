@@ -17,6 +17,8 @@ Script = Callable[[PolicyRequest], str]
 
 
 class ScriptedPolicy:
+    tokenizer_name = "bytes"  # its token ids (see collective.replay.tokenizer_of)
+
     def __init__(self, script: Script, name: str = "scripted") -> None:
         self.script = script
         self.name = name

@@ -81,6 +81,7 @@ class RandomPolicy:
 
     name = "random"
     version = 0
+    tokenizer_name = "bytes"  # its token ids (see collective.replay.tokenizer_of)
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
         return [respond(r) for r in requests]
