@@ -41,6 +41,38 @@ def useful_work_lines(ax: Any, rows: Sequence[StepMetrics]) -> None:
     ax.legend(title="team")
 
 
+def returns_figure(rows: Sequence[StepMetrics]) -> Any:
+    """The mean return with its min-max band, on a return axis of [0, 1]. The time limit gets
+    an axis of its own only where it changes over the run; a constant one is in the title (on
+    a second axis, matplotlib centred its flat line there, a dashed line at the 0.5 return
+    level that read as a threshold)."""
+    plt = _pyplot()
+    steps = [r.step for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.fill_between(
+        steps,
+        [r.return_min for r in rows],
+        [r.return_max for r in rows],
+        alpha=0.2,
+        label="min-max",
+    )
+    ax.plot(steps, [r.return_mean for r in rows], label="mean return")
+    ax.set_ylim(0, 1.02)
+    limits = [r.time_limit for r in rows]
+    if min(limits) == max(limits):
+        ax.set(xlabel="step", ylabel="return", title=f"Return (T_max {limits[0]:g} s throughout)")
+        ax.legend(loc="upper left")
+        return fig
+    ax.set(xlabel="step", ylabel="return", title="Return, and the time limit T_max")
+    twin = ax.twinx()
+    twin.plot(steps, limits, color="grey", ls="--", label="T_max (right axis)")
+    twin.set_ylim(0, max(limits) * 1.05)
+    twin.set_ylabel("time limit (simulated s)")
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, loc="upper left")
+    return fig
+
+
 def plot_run(run_dir: str | Path) -> list[Path]:
     """Draw every panel of a run into RUN_DIR/plots; return the files written."""
     run_dir = Path(run_dir)
@@ -59,21 +91,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.fill_between(
-        steps,
-        [r.return_min for r in rows],
-        [r.return_max for r in rows],
-        alpha=0.2,
-        label="min-max",
-    )
-    ax.plot(steps, [r.return_mean for r in rows], label="mean return")
-    ax.set(xlabel="step", ylabel="return", title="Return")
-    twin = ax.twinx()
-    twin.plot(steps, [r.time_limit for r in rows], color="grey", ls="--", label="T_max")
-    twin.set_ylabel("time limit (simulated s)")
-    ax.legend(loc="upper left")
-    save(fig, "returns.png")
+    save(returns_figure(rows), "returns.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     useful_work_lines(ax, rows)
