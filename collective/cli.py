@@ -610,7 +610,9 @@ def cmd_study(a: argparse.Namespace) -> int:
                     "agents": r.agents,
                     "score": round(r.score, 4),
                     "useful_per_agent": round(r.useful_per_agent, 2),
-                    "duplicate_rate": round(r.duplicate_rate, 4),
+                    "duplicate_rate": (
+                        None if r.duplicate_rate is None else round(r.duplicate_rate, 4)
+                    ),
                     "messages_per_agent": round(r.messages_per_agent, 3),
                     "batch_mean": round(r.batch_mean, 2),
                     "wall": round(r.wall_seconds, 1),
@@ -739,11 +741,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("study", help="evaluate a policy at growing agent counts")
     st.add_argument("kind", choices=["scale"])
-    st.add_argument("checkpoint", help="a tiny checkpoint (the trained policy)")
-    st.add_argument("--world", default="workshop")
-    st.add_argument("--org", default="flat")
-    st.add_argument("--agents", type=_numbers, default=(1, 2, 4, 8, 16, 64, 256, 1024, 4096))
-    st.add_argument("--seeds", type=int, default=3)
+    st.add_argument(
+        "checkpoint",
+        help="a tiny checkpoint (the trained policy); '' with --policies random for none",
+    )
+    st.add_argument(
+        "--world",
+        default="workshop",
+        help="built-in name, path/to/file.py:Class or package.module:Class (default: workshop)",
+    )
+    st.add_argument(
+        "--org", default="flat", help="flat, ceo, orchestrator or islands[:K] (default: flat)"
+    )
+    st.add_argument(
+        "--agents",
+        type=_numbers,
+        default=(1, 2, 4, 8, 16, 64, 256, 1024, 4096),
+        help="the agent counts to run, e.g. 1,8,64,512 (default: 1,2,4,8,16,64,256,1024,4096)",
+    )
+    st.add_argument(
+        "--seeds", type=int, default=3, help="episodes (world seeds) per cell (default: 3)"
+    )
     st.add_argument("--horizon", type=float, default=240.0, help="T_max, simulated seconds")
     st.add_argument(
         "--limits",
@@ -751,17 +769,32 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="read the score at these times (default: horizon/4, /2, horizon)",
     )
-    st.add_argument("--targets", type=lambda t: _numbers(t, float), default=(0.25, 0.5, 0.75))
-    st.add_argument("--policies", default="trained,untrained,random")
+    st.add_argument(
+        "--targets",
+        type=lambda t: _numbers(t, float),
+        default=(0.25, 0.5, 0.75),
+        help="report the time to reach these scores (default: 0.25,0.5,0.75; the plot shows the "
+        "first)",
+    )
+    st.add_argument(
+        "--policies",
+        default="trained,untrained,random",
+        help="which to run, of trained (the checkpoint), untrained (its network, fresh "
+        "weights) and random (default: all three)",
+    )
     _add_param(st)
-    st.add_argument("--out", default="bench/results/city/study")
+    st.add_argument(
+        "--out",
+        default="bench/results/city/study",
+        help="the directory for scale.json and scale.png (default: bench/results/city/study)",
+    )
     st.add_argument(
         "--cluster", choices=["local", "ray"], default="local", help="ray: cells as Ray tasks"
     )
     st.add_argument("--address", default="", help="Ray: '' a local Ray, 'auto', 'ray://H:P'")
     st.add_argument("--workers", type=int, default=2, help="Ray: cells at once")
     st.add_argument("--cpus-per-worker", type=float, default=1.0, help="Ray: CPUs per cell")
-    st.add_argument("--quiet", action="store_true")
+    st.add_argument("--quiet", action="store_true", help="no line per cell on stderr")
 
     mm = sub.add_parser("make-model", help="build a Hugging Face model directory, offline")
     mm.add_argument("kind", choices=["tiny-lm"], help="tiny-lm: a ~2M-parameter Qwen2 LM")
