@@ -278,7 +278,7 @@ def test_a_world_error_prints_escaped_in_check_and_run(tmp_path: Path) -> None:
     )
     ref = f"{world}:Evil"
     quick = ["--agents", "2", "--seeds", "1", "--rollouts", "2", "--time-limit", "60"]
-    for argv, code in ((["check", ref, *quick], 1), (["run", ref], 2)):
+    for argv, code in ((["check", ref, *quick], 2), (["run", ref], 2)):  # a world error: 2
         done = cli(*argv)
         text = done.stdout + done.stderr
         assert done.returncode == code, text
