@@ -9,7 +9,13 @@ policy something to learn? RLCR learns from the spread of returns within a group
 one world seed): if a random team never scores at the training time limit, or always scores
 the same, or already finishes, every advantage is zero and nothing is learned. So it prints
 the random team's score at a few time limits, with its spread within a world seed, and says
-which case the world is in.
+which case the world is in. "Something to learn" needs a quarter of the rollouts to score
+(``SCORED_ENOUGH``): below that most groups are all zeros, every advantage in them is 0, and a
+run of a few hundred groups may see too few that differ to move at all.
+
+A world that raises (a world error) fails the way ``collective run`` fails on it, exit 2; one that
+runs but breaks a promise (the same seed, another episode; a ``monotone`` score that falls; the
+event cap) is a failed check, exit 1, as a replay that diverges is.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ from collective.replay import verify
 from policy.uniform import RandomPolicy
 
 SATURATED = 0.95  # a random team's mean score at or above this: nothing left to learn
+# The share of a random team's rollouts that must score for "something to learn": with groups of
+# 4 rollouts, at 25% about two groups in three have a spread (1 - 0.75^4 - 0.25^4); at 8% (a
+# world that check once called learnable at a mean of 0.003) about one in four does.
+SCORED_ENOUGH = 0.25
 OBSERVATION_BYTES = 200  # the guide's advice: observations longer than this cost every prompt
 
 
@@ -43,6 +53,7 @@ class Report:
     table: list[tuple[float, float, float, float]] = field(default_factory=list)
     verdict: str = ""
     notes: list[str] = field(default_factory=list)
+    world_error: str = ""  # the first world error's line, if an episode ended in one
 
     @property
     def ok(self) -> bool:
@@ -58,6 +69,10 @@ class Report:
                 out.append(f"  {limit:8g} s   {mean:.3f}   ±{spread:.3f}   {scored:4.0%}")
         if self.verdict:
             out.append(f"verdict: {self.verdict}")
+            out.append(
+                f"  (something to learn: at least {SCORED_ENOUGH:.0%} of rollouts score, a spread "
+                f"within a world seed, and a mean under {SATURATED})"
+            )
         return out
 
 
@@ -145,14 +160,22 @@ def check_world(
     capped = [ep for ep in episodes if ep.end == "event_limit"]
     ends = ", ".join(f"{k} {v}" for k, v in sorted(Counter(ep.end for ep in episodes).items()))
     if broken:
+        report.world_error = world_error(broken[0])
         report.findings.append(
             (
                 False,
                 f"{len(broken)} of {len(episodes)} episodes ended world_error; the first: "
-                f"{world_error(broken[0])}",
+                f"{report.world_error}",
             )
         )
-    elif capped:
+        # What the other checks would say of episodes cut short by a bug says nothing of the
+        # world once it is fixed (and "score in [0, 1]" beside a score of 1.5 is false).
+        report.notes.append(
+            "not checked until the world error is fixed: determinism, the score's range, "
+            "whether there is something to learn"
+        )
+        return report
+    if capped:
         report.findings.append(
             (
                 False,
@@ -194,8 +217,6 @@ def check_world(
     else:
         how = "never falls (monotone = True)" if cls.monotone else "may fall (monotone = False)"
         report.findings.append((True, f"score in [0, 1] at every change; {how}"))
-    if broken:
-        return report
 
     chosen = sorted(set(limits)) if limits else [time_limit / 4, time_limit / 2, time_limit]
     for limit in chosen:
@@ -239,6 +260,12 @@ def _verdict(table: list[tuple[float, float, float, float]]) -> str:
         return (
             f"nothing to learn at {limit:g} s: every rollout of a world seed scores the same "
             f"({mean:.3f}), so every advantage is 0. The score must depend on what agents do."
+        )
+    if scored < SCORED_ENOUGH:
+        return (
+            f"too little to learn at {limit:g} s: only {scored:.0%} of random rollouts scored "
+            f"(mean {mean:.3f}), so most groups score all 0 and their advantages are 0. Let "
+            "partial progress score, give more time, or make the first steps easier."
         )
     return (
         f"something to learn at {limit:g} s: a random team scores {mean:.3f} with a spread of "

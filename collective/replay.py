@@ -103,7 +103,11 @@ def replay(
     if world is not None:
         changes["world"] = world
     answers = RecordedPolicy(ep.turns, live=policy, until=math.inf if policy is None else 0.0)
-    return _rerun(ep, answers, Replay(ep), recorder, **changes)
+    # Bounded by what the record holds, not by the limits it declares: a replay one event past
+    # the record has diverged already, and a file that declares time_limit=1e308 and
+    # max_events=2**63-1 must not make it run without end.
+    fed = Replay(ep, most_events=len(ep.events) + 1)
+    return _rerun(ep, answers, fed, recorder, **changes)
 
 
 def verify(ep: Episode) -> Divergence | None:
@@ -152,16 +156,40 @@ def prefix(events: Sequence[Any], until: float) -> list[Any]:
 # -- the whole record: audit and diff ---------------------------------------------------------
 
 
+def _r(value: Any) -> str:
+    """``repr`` with -0.0 shown as 0.0: they compare equal, so a line of differences that
+    printed both (a policy's logprob of a forced token is either) would show a difference
+    that is not one."""
+    if type(value) is float and value == 0.0:
+        return "0.0"
+    if type(value) in (list, tuple) and any(type(x) is float and x == 0.0 for x in value):
+        inner = ", ".join(_r(x) for x in value)
+        return f"[{inner}]" if type(value) is list else f"({inner}{',' * (len(value) == 1)})"
+    return repr(value)
+
+
+def _changes(a: Any, b: Any, fields: Iterable[str]) -> str:
+    """``field A vs B`` for each field that differs."""
+    pairs = ((f, getattr(a, f), getattr(b, f)) for f in fields)
+    return "; ".join(f"{f} {_r(x)} vs {_r(y)}"[:300] for f, x, y in pairs if x != y)
+
+
 def _turn_change(i: int, a: Turn, b: Turn) -> str:
-    fields = [f for f in Turn.__struct_fields__ if getattr(a, f) != getattr(b, f)]
-    shown = "; ".join(f"{f} {getattr(a, f)!r} vs {getattr(b, f)!r}"[:300] for f in fields)
-    return f"turn {i} (agent {a.agent}, turn {a.turn}): {shown}"
+    return f"turn {i} (agent {a.agent}, turn {a.turn}): {_changes(a, b, Turn.__struct_fields__)}"
 
 
-def _end_change(a: TurnEnd, b: TurnEnd) -> str:
-    fields = [f for f in TurnEnd.__struct_fields__ if getattr(a, f) != getattr(b, f)]
-    shown = "; ".join(f"{f} {getattr(a, f)!r} vs {getattr(b, f)!r}"[:300] for f in fields)
-    return f"turn {a.index} outcome: {shown}"
+def _end_change(i: int, a: TurnEnd, b: TurnEnd) -> str:
+    """Outcomes are compared in the order they landed, so the i-th on each side may be
+    another turn's: then the line says so and shows each whole, rather than reading one
+    turn's outcome against another's as if they were the same turn's."""
+    if a.index == b.index:
+        return f"turn {a.index} outcome: {_changes(a, b, TurnEnd.__struct_fields__)}"
+    fields = [f for f in TurnEnd.__struct_fields__ if f != "index"]
+
+    def whole(e: TurnEnd) -> str:
+        return f"turn {e.index}'s (" + ", ".join(f"{f} {_r(getattr(e, f))}" for f in fields) + ")"
+
+    return f"outcome {i} to land: {whole(a)[:280]} vs {whole(b)[:280]}"
 
 
 _KINDS = ("events", "turns", "ends", "spaces", "curve")
@@ -216,9 +244,9 @@ class Checker:
             if kind == "turns":
                 line = _turn_change(i, want, got)
             elif kind == "ends":
-                line = _end_change(want, got)
+                line = _end_change(i, want, got)
             else:
-                line = f"{kind}[{i}]: {want!r} vs {got!r}"
+                line = f"{kind}[{i}]: {_r(want)} vs {_r(got)}"
             self.first[kind] = line[:600]
 
     def write(self, part: Part) -> None:
@@ -265,7 +293,7 @@ class Checker:
         lines += [self.first[k] for k in ("turns", "ends") if k in self.first]
         for f in ("score", "duration", "end"):
             if getattr(want, f) != getattr(got, f):
-                lines.append(f"{f}: {getattr(want, f)!r} vs {getattr(got, f)!r}")
+                lines.append(f"{f}: {_r(getattr(want, f))} vs {_r(getattr(got, f))}")
         for f in type(want.stats).__struct_fields__:
             if getattr(want.stats, f) != getattr(got.stats, f):
                 lines.append(f"stats {f}: {getattr(want.stats, f)!r} vs {getattr(got.stats, f)!r}")
@@ -300,17 +328,13 @@ def differences(a: Record, b: Record, *, config: bool = True) -> list[str]:
 
 
 def tokenizer_of(policy: Policy) -> str:
-    """The tokenizer a policy's token ids are in, for ``EpisodeConfig.tokenizer``: "bytes" for
-    the byte-level policies (random, scripted, tiny), a policy's own ``tokenizer_name`` if it
-    declares one, else "" (not recorded: replay then cannot check that ids spell the text)."""
+    """The tokenizer a policy's token ids are in, for ``EpisodeConfig.tokenizer``: the policy's
+    own ``tokenizer_name`` ("bytes" for the byte-level random, scripted and tiny policies), else
+    "" (not recorded: replay then cannot check that ids spell the text). Declared by the policy,
+    not found by ``isinstance``: asking whether a random policy is a ``TinyPolicy`` imported
+    torch, 2-5 s of a fork or run that needs no torch at all."""
     declared = getattr(policy, "tokenizer_name", None)
-    if isinstance(declared, str):
-        return declared
-    from policy.scripted import ScriptedPolicy
-    from policy.tiny import TinyPolicy
-    from policy.uniform import RandomPolicy
-
-    return "bytes" if isinstance(policy, RandomPolicy | ScriptedPolicy | TinyPolicy) else ""
+    return declared if isinstance(declared, str) else ""
 
 
 def answer_problems(ep: Record) -> list[str]:

@@ -46,6 +46,7 @@ from collective.config import (
     dump_config,
     load_config,
 )
+from collective.outputs import check_input, save_torch
 from collective.records import Episode, load_episode, save_episode
 
 TEAM_BUCKETS = ("solo", "2", "3", "4", "5-8", "9+")
@@ -79,10 +80,13 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     score_mean: float
     duration_mean: float  # simulated seconds per episode
     output_tokens: int
-    useful_tokens_mean: float  # output tokens of turns acting on the world, per rollout
+    # Attempts, as the episode's Stats count them when an action begins: world tool calls the
+    # world then refused included, and every primitive (hire, read, ...) as communication. Kept
+    # so every run's lines read alike; the signs of life are the landed_* and talk_* below.
+    useful_tokens_mean: float  # output tokens of turns that began a world tool call, per rollout
     useful_average: float  # this step's average of that, over all its rollouts (every team size)
-    useful_rel: dict[str, float]  # by team size: useful tokens per rollout / this step's average
-    comm_tokens_per_hour: float  # message and post tokens per simulated hour
+    useful_rel: dict[str, float]  # by team size: those tokens per rollout / this step's average
+    comm_tokens_per_hour: float  # tokens of every primitive begun, per simulated hour
     staleness_mean: float
     staleness_max: int
     dropped_stale: int
@@ -100,6 +104,19 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     learner_seconds: float
     rollout_batch_mean: float
     wall_time: float  # seconds since the run (or its resumption) began
+    # The signs of life as named (collective/signs.py): useful work is the world tool calls that
+    # landed, communication the messages and posts that did. By team size (TEAM_BUCKETS), each
+    # relative to this step's average rollout (every team size alike). Empty or 0 in the lines
+    # of runs written before they existed (readers fall back to the attempts above).
+    landed_tokens_mean: float = 0.0  # output tokens of world calls that landed, per rollout
+    landed_units_mean: float = 0.0  # world calls that landed, per rollout
+    refused_share: float = 0.0  # of world calls' tokens that ended (landed or not): refused
+    landed_rel: dict[str, float] = {}  # landed tokens per rollout / this step's average
+    landed_per_agent: dict[str, float] = {}  # landed tokens per agent that took part
+    talk_tokens_mean: float = 0.0  # message and post tokens per rollout
+    talk_per_agent_second: float = 0.0  # message and post tokens / the agents' seconds alive
+    talk_rel: dict[str, float] = {}  # talk tokens per rollout / this step's average
+    talk_per_agent_second_by_team: dict[str, float] = {}
 
 
 class Ledger(msgspec.Struct):
@@ -308,6 +325,7 @@ class RunDir:
         run's config (e.g. its [model] edited)."""
         if not self.state_path.exists():
             return None
+        check_input(self.state_path, "training state")  # a FIFO would block torch.load
         try:
             # weights_only: a state file is data; loading one must not run pickled code.
             saved = torch.load(self.state_path, map_location="cpu", weights_only=True)
@@ -345,7 +363,7 @@ class RunDir:
             record = {"digest": config_digest(self.cfg), "config": config_fields(self.cfg)}
             _write_bytes(self.path / "config.json", json.dumps(record).encode() + b"\n")
         self.created = True
-        for leftover in self.episodes.glob(".*.tmp"):  # a write cut short by a kill
+        for leftover in [*self.episodes.glob(".*.tmp"), *self.checkpoints.glob(".*.tmp")]:
             leftover.unlink()
         for name in ("metrics.jsonl", "ledger.jsonl"):
             _write_lines(self.path / name, _lines_before(self.path / name, step))
@@ -407,9 +425,7 @@ class RunDir:
             f.write(msgspec.json.encode(ledger) + b"\n")
         snap = state.step % self.cfg.snapshot_every == 0 or state.step == self.cfg.steps
         write_latest(self.checkpoints, f"step-{state.step:06d}" if snap else None)
-        tmp = self.checkpoints / "train-state.pt.tmp"
-        torch.save({**checkpoint, "state": msgspec.to_builtins(state)}, tmp)
-        tmp.replace(self.state_path)
+        save_torch({**checkpoint, "state": msgspec.to_builtins(state)}, self.state_path)
         if not self.cfg.keep_episodes:
             for n in ledger.used + ledger.dropped:
                 (self.episodes / n).unlink(missing_ok=True)

@@ -12,6 +12,7 @@ modules=N`` fixes the task instead).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ import trio
 from collective.conductor import Conductor
 from collective.config import ClusterConfig
 from collective.latency import latency_preset
+from collective.outputs import save_figure, write_file
 from collective.records import Dropped, Episode, EpisodeConfig, Posted
 from policy.base import Policy
 
@@ -83,7 +85,8 @@ class ScaleRow(msgspec.Struct, kw_only=True):
     reached: dict[str, float]  # fraction of seeds that reached each target
     useful_per_agent: float  # output tokens of world actions per agent
     world_actions_per_agent: float
-    duplicate_rate: float  # duplicated world actions / world actions (if the world counts them)
+    # duplicated world actions / world actions; None: the world reports no "duplicates" metric
+    duplicate_rate: float | None
     messages_per_agent: float
     posts_per_channel: float
     overflow_per_agent: float  # messages dropped at full mailboxes or evicted
@@ -177,13 +180,17 @@ def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
         reached={k: sum(t is not None for t in v) / len(v) for k, v in times.items()},
         useful_per_agent=float(np.mean([e.stats.world_tokens / n for e in eps])),
         world_actions_per_agent=float(np.mean(world_acts)) / n,
-        duplicate_rate=float(
-            np.mean(
-                [
-                    e.world_metrics.get("duplicates", 0.0) / max(w, 1)
-                    for e, w in zip(eps, world_acts, strict=True)
-                ]
+        duplicate_rate=(
+            float(
+                np.mean(
+                    [
+                        e.world_metrics["duplicates"] / max(w, 1)
+                        for e, w in zip(eps, world_acts, strict=True)
+                    ]
+                )
             )
+            if all("duplicates" in e.world_metrics for e in eps)
+            else None  # not 0: a world that does not count duplicates has not shown there are none
         ),
         messages_per_agent=float(np.mean([e.stats.sent / n for e in eps])),
         posts_per_channel=float(
@@ -227,15 +234,14 @@ def scale_study(
     with the same results (each cell is one conductor over its seeds, wherever it runs; only
     ``wall_seconds`` differs).
     """
-    from tqdm import tqdm
-
     from collective.registry import check_runnable
 
-    for n in sorted(set(cfg.agents)):  # a bad world or size: one line, before the bar starts
+    for n in sorted(set(cfg.agents)):  # a bad world or size: one line, before any cell runs
         check_runnable(_configs(cfg, "", n)[0])
     policies = _policies(cfg)
     rows: list[ScaleRow] = []
     jobs = [(name, n) for n in cfg.agents for name in policies]
+    say = Progress(cfg, jobs, cluster) if progress else None
     if cluster is not None and cluster.backend == "ray":
         from collective.cluster import tasks_on_workers
 
@@ -245,8 +251,10 @@ def scale_study(
         )
     else:
         cells = (cell(cfg, name, policies[name], n) for name, n in jobs)
-    for row in tqdm(cells, total=len(jobs), disable=not progress, desc="scale", unit="cell"):
+    for row in cells:
         rows.append(row)
+        if say is not None:
+            say.done(row)
         if out is not None:  # keep what is done: a long study shows its results as it goes
             write(cfg, rows, out, plots=False)
     if out is not None:
@@ -254,10 +262,64 @@ def scale_study(
     return rows
 
 
+def _took(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+class Progress:
+    """A line on stderr per finished cell, and the time left. A cell's cost grows with its
+    agents, so a bar over cells (the study's first version) told nothing: four cells of 1, 8,
+    64 and 512 agents are 1% done after three. The estimate takes each policy's latest cell's
+    seconds per agent times the agents of the cells still to run (divided over Ray's workers):
+    rough (the per-agent cost drifts with the count, and under load), refined with every cell,
+    and given in all once every policy has run its first cell (the smallest counts come first
+    when the counts are given smallest first)."""
+
+    def __init__(
+        self, cfg: ScaleConfig, jobs: Sequence[tuple[str, int]], cluster: ClusterConfig | None
+    ) -> None:
+        self.jobs, self.finished = list(jobs), 0
+        self.per_agent: dict[str, float] = {}
+        self.workers = cluster.rollout_workers if cluster and cluster.backend == "ray" else 1
+        self.t0 = time.perf_counter()
+        self.total_said = False
+        episodes = len(jobs) * cfg.seeds
+        self.say(
+            f"study scale: {len(jobs)} cells ({len({p for p, _ in jobs})} policy(ies) x "
+            f"{len(cfg.agents)} agent count(s)), {episodes} episodes of {cfg.horizon:g} simulated "
+            f"s; a cell's time grows with its agents ({sum(n for _, n in jobs) * cfg.seeds:,} "
+            "agent-episodes in all): the time expected is given once every policy has run a cell"
+        )
+
+    @staticmethod
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def done(self, row: ScaleRow) -> None:
+        self.finished += 1
+        self.per_agent[row.policy] = row.wall_seconds / row.agents
+        rest = self.jobs[self.finished :]
+        line = (
+            f"study scale: cell {self.finished}/{len(self.jobs)}: {row.policy} x {row.agents} "
+            f"agents, score {row.score:.3f}, {_took(row.wall_seconds)}"
+        )
+        if all(p in self.per_agent for p, _ in rest):
+            left = sum(self.per_agent[p] * n for p, n in rest) / self.workers
+            line += f"; about {_took(left)} left" if rest else ""
+            if not self.total_said and rest:
+                self.total_said = True
+                spent = time.perf_counter() - self.t0
+                line += f" (expected: about {_took(spent + left)} in all)"
+        self.say(line)
+
+
 def write(cfg: ScaleConfig, rows: Sequence[ScaleRow], out: Path, plots: bool) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.json").write_bytes(
-        msgspec.json.format(msgspec.json.encode({"config": cfg, "rows": rows}), indent=1)
+    write_file(
+        out / "scale.json",
+        msgspec.json.format(msgspec.json.encode({"config": cfg, "rows": rows}), indent=1),
+        "--out",
     )
     if plots:
         plot(rows, out / "scale.png", cfg)
@@ -271,7 +333,7 @@ PANELS = (
     ("posts_per_channel", "posts per channel"),
     ("overflow_per_agent", "mailbox overflow per agent"),
     ("batch_mean", "mean policy batch size"),
-    ("time_to", "time to reach score {target} (s)"),
+    ("time_to", "time to score {target} (s), over the seeds\nthat reached it (k/n: how many)"),
 )
 
 
@@ -285,14 +347,36 @@ def plot(rows: Sequence[ScaleRow], path: Path, cfg: ScaleConfig) -> None:
     target = f"{cfg.targets[0]:g}"
     for ax, (field, title) in zip(axes.flat, PANELS, strict=True):
         for name in cfg.policies:
+            mine = [r for r in rows if r.policy == name]
             pts = [
-                (r.agents, r.time_to.get(target) if field == "time_to" else getattr(r, field))
-                for r in rows
-                if r.policy == name
+                (r.agents, r.time_to.get(target) if field == "time_to" else getattr(r, field), r)
+                for r in mine
             ]
-            pts = [(x, y) for x, y in pts if y is not None and not math.isnan(y)]
+            pts = [(x, y, r) for x, y, r in pts if y is not None and not math.isnan(y)]
             if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", label=name)
+                (line,) = ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker="o")
+                line.set_label(name)
+            if field == "time_to":  # a mean of the seeds that got there: say how many did
+                for x, y, r in pts:
+                    k = round(r.reached[target] * r.seeds)
+                    ax.annotate(
+                        f"{k}/{r.seeds}",
+                        (x, y),
+                        fontsize=7,
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                        color=line.get_color(),
+                    )
+        if field == "duplicate_rate" and all(r.duplicate_rate is None for r in rows):
+            ax.text(
+                0.5,
+                0.5,
+                f"not reported:\n{cfg.world} counts no\n'duplicates' metric",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="grey",
+            )
         ax.set_xscale("log", base=2)
         ax.set(xlabel="agents", title=title.format(target=target))
         if field in ("batch_mean",):
@@ -300,5 +384,5 @@ def plot(rows: Sequence[ScaleRow], path: Path, cfg: ScaleConfig) -> None:
     axes.flat[0].legend()
     fig.suptitle(f"Village to city: {cfg.world}, horizon {cfg.horizon:g} s, {cfg.seeds} seeds")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, "--out", dpi=100)
     plt.close(fig)

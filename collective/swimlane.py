@@ -4,8 +4,11 @@ One lane per agent, on the simulated clock: thinking, working (world tools), com
 waiting in four colours, each lane spanning the agent's life (a hired agent's lane starts when
 it was hired, a fired one's ends with a cross); every delivered message a thin arrow from the
 sender's lane when it was delivered to the receiver's lane when it was read; posts as ticks;
-and above the lanes, the anytime score. Past ``MAX_LANES`` agents the picture shows the first
-``MAX_LANES`` and says so in its title: a lane thinner than that is no longer readable.
+and above the lanes, the anytime score. What the world does itself (its scheduled events, its
+posts, a world error) is on a ``world`` lane above the agents', where an episode has any: for a
+world with timed events they are what explains the agents' lanes. Past ``MAX_LANES`` agents the
+picture shows the first ``MAX_LANES`` and says so in its title: a lane thinner than that is no
+longer readable.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collective.outputs import save_figure
 from collective.records import Episode
 from collective.timeline import (
     COMM,
@@ -22,6 +26,7 @@ from collective.timeline import (
     WORK,
     ArrowIn,
     ArrowOut,
+    Board,
     Close,
     Mark,
     Open,
@@ -31,6 +36,7 @@ from collective.timeline import (
 MAX_LANES = 64
 COLOURS = {THINK: "#4c72b0", WORK: "#55a868", COMM: "#dd8452", WAIT: "#d5d5d5"}
 LABELS = {THINK: "thinking", WORK: "working (world tools)", COMM: "communicating", WAIT: "waiting"}
+WORLD_COLOUR = "#c9a100"  # the world's own events and posts, on its lane
 
 
 @dataclass
@@ -38,7 +44,8 @@ class Lanes:
     """What the picture draws, read from the episode's activity."""
 
     agents: list[int]  # the lanes, top to bottom
-    total: int  # agents in the episode
+    total: int  # agents in the episode, hired ones included
+    hired: int  # of them, hired during it
     spans: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)  # kind -> ...
     life: dict[int, tuple[float, float, str]] = field(default_factory=dict)  # agent -> born, end
     roles: dict[int, str] = field(default_factory=dict)
@@ -46,12 +53,14 @@ class Lanes:
     hires: list[tuple[int, float, int]] = field(default_factory=list)  # by, t, new
     posts: list[tuple[int, float]] = field(default_factory=list)
     rejected: list[tuple[int, float]] = field(default_factory=list)
+    world: list[tuple[float, str, str]] = field(default_factory=list)  # t, event|post|error, what
 
 
 def lanes(ep: Episode, max_lanes: int = MAX_LANES) -> Lanes:
-    spawned = [e.agent for e in ep.events if type(e).__name__ == "Spawned"]
-    shown = set(sorted(spawned)[:max_lanes])
-    out = Lanes(sorted(shown), len(spawned), {k: [] for k in COLOURS})
+    spawned = [e for e in ep.events if type(e).__name__ == "Spawned"]
+    shown = set(sorted(e.agent for e in spawned)[:max_lanes])
+    hired = sum(e.by >= 0 for e in spawned)
+    out = Lanes(sorted(shown), len(spawned), hired, {k: [] for k in COLOURS})
     open_: dict[int, list[float]] = {}
     tails: dict[int, ArrowOut] = {}
     for item in activity(ep):
@@ -68,6 +77,10 @@ def lanes(ep: Episode, max_lanes: int = MAX_LANES) -> Lanes:
                     out.spans[kind].append((a, start, t))
             case Mark(agent=a, t=t, name="rejected") if a in shown:
                 out.rejected.append((a, t))
+            case Board(t=t, name=name, args=args) if args.get("by") == "world":
+                what = args.get("text", name) if name == "post" else name
+                kind = "post" if name == "post" else "error" if name == "world error" else "event"
+                out.world.append((t, kind, what))
             case ArrowOut(kind="post", agent=a, t=t) if a in shown:
                 out.posts.append((a, t))
             case ArrowOut(id=i):
@@ -82,6 +95,23 @@ def lanes(ep: Episode, max_lanes: int = MAX_LANES) -> Lanes:
                 else:
                     out.hires.append((tail.agent, tail.t, to))
     return out
+
+
+def title(ep: Episode, data: Lanes) -> str:
+    """The picture's title: the team as configured (``--agents``), the hires beside it, not in
+    it, and which lanes are drawn when not all are."""
+    c, n = ep.config, len(data.agents)
+    team = f"{c.agents} agent{'s' * (c.agents != 1)}"
+    if data.hired:
+        team += f" + {data.hired} hired"
+    if data.total > n:
+        team += f" (lanes of agents {data.agents[0]}-{data.agents[-1]} of {data.total})"
+    policy = f", policy {c.policy}" if c.policy else ""
+    text = f"{c.world}, {team}, org {c.org}{policy}: score {ep.score:.3f}"
+    text += f" at {ep.duration:g} s ({ep.end})"
+    if data.total > n:
+        text += f"\n(only the first {n} lanes are drawn; `collective trace` shows every agent)"
+    return text
 
 
 def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> Path:
@@ -122,18 +152,7 @@ def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> 
     top.grid(axis="y", color="#e5e5e5", lw=0.6)
     for side in ("top", "right"):
         top.spines[side].set_visible(False)
-    c = ep.config
-    shown = (
-        f"agents {data.agents[0]}-{data.agents[-1]} of {data.total}"
-        if data.total > n
-        else (f"{n} agent{'s' if n != 1 else ''}")
-    )
-    policy = f", policy {c.policy}" if c.policy else ""
-    title = f"{c.world}, {shown}, org {c.org}{policy}: score {ep.score:.3f}"
-    title += f" at {ep.duration:g} s ({ep.end})"
-    if data.total > n:
-        title += f"\n(only the first {n} lanes are drawn; `collective trace` shows every agent)"
-    top.set_title(title, fontsize=10, loc="left")
+    top.set_title(title(ep, data), fontsize=10, loc="left")
 
     # -- the lanes --------------------------------------------------------------------------
     h = 0.72
@@ -199,14 +218,25 @@ def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> 
             color="#b22222",
             zorder=4,
         )
-    ax.set_ylim(n - 0.5, -0.5)
+    # events a little above the lane's middle and posts a little below, so that an event that
+    # posts (a fire breaking out, announced) shows both
+    marks = {"event": ("D", -1.18), "post": ("^", -0.8), "error": ("X", -1.0)}
+    for kind, (marker, y) in marks.items():
+        at = [t for t, k, _ in data.world if k == kind]
+        if at:
+            colour = "#b22222" if kind == "error" else WORLD_COLOUR
+            ax.scatter(at, [y] * len(at), marker=marker, s=22, color=colour, lw=0, zorder=4)
+    ax.set_ylim(n - 0.5, -1.5 if data.world else -0.5)
     step = 1 if n <= 32 else 2 if n <= 64 else 4
     roles = len(set(data.roles.values())) > 1  # name them where they differ (a CEO's team)
     labels = [f"{data.roles[a]} {a}" if roles else f"agent {a}" for a in data.agents]
     width = max(len(label) for label in labels) * (0.075 if n <= 16 else 0.055) + 0.2
     fig.subplots_adjust(left=width / fig.get_figwidth())
-    ax.set_yticks(range(0, n, step))
-    ax.set_yticklabels(labels[::step], fontsize=9 if n <= 16 else 6.5)
+    ticks, tick_labels = list(range(0, n, step)), labels[::step]
+    if data.world:
+        ticks, tick_labels = [-1, *ticks], ["world", *tick_labels]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(tick_labels, fontsize=9 if n <= 16 else 6.5)
     ax.tick_params(axis="y", length=0)
     ax.set_xlim(0, end)
     ax.set_xlabel("simulated time (s)")
@@ -216,11 +246,18 @@ def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> 
     handles = [Patch(color=COLOURS[k], label=LABELS[k]) for k in COLOURS]
     handles.append(Line2D([], [], color="#5b2a86", lw=1, label="message (sent → read)"))
     handles.append(Line2D([], [], color="black", marker="^", lw=0, ms=5, label="post"))
+    if data.world:
+        for marker, label in (("D", "world event"), ("^", "world post")):
+            handles.append(
+                Line2D([], [], color=WORLD_COLOUR, marker=marker, lw=0, ms=5, label=label)
+            )
     if data.hires or any(w.startswith("fired") for _, _, w in data.life.values()):
         handles.append(Line2D([], [], color="#b22222", marker="x", lw=1, label="hire → / fired ✕"))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8.5, frameon=False)
+    rows = 1 if len(handles) <= 7 else 2  # more in one row would run off the picture's sides
+    fig.subplots_adjust(bottom=(0.78 + 0.2 * (rows - 1)) / fig.get_figheight())
+    ncol = -(-len(handles) // rows)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8.5, frameon=False)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
+    save_figure(fig, path, "--png")
     plt.close(fig)
     return path

@@ -54,6 +54,7 @@ from collective.rundir import (
     episode_name,
     read_metrics,
 )
+from collective.signs import Signs, signs
 
 __all__ = [
     "Interrupted",
@@ -184,9 +185,11 @@ def step_samples(
                     )
                 )
     flat = [e for g in groups for e in g]
+    teams: dict[str, list[Signs]] = {}
     for g, episodes in enumerate(groups):
         team = team_size(cfg, step * cfg.groups_per_step + g)
         by_bucket.setdefault(bucket(team), []).extend(e.stats.world_tokens for e in episodes)
+        teams.setdefault(bucket(team), []).extend(signs(e) for e in episodes)
     useful = [e.stats.world_tokens for e in flat]
     useful_average = float(np.mean(useful))
     hours = sum(e.duration for e in flat) / 3600
@@ -206,12 +209,46 @@ def step_samples(
             for b, v in sorted(by_bucket.items(), key=lambda kv: TEAM_BUCKETS.index(kv[0]))
         },
         "comm_tokens_per_hour": sum(e.stats.comm_tokens for e in flat) / hours if hours else 0.0,
+        **sign_metrics(teams),
         "staleness_mean": float(np.mean(staleness)),
         "staleness_max": int(max(staleness)),
         "dropped_stale": used.count(False),
         "downweighted": downweighted,
     }
     return samples, metrics, used
+
+
+def sign_metrics(teams: dict[str, list[Signs]]) -> dict[str, Any]:
+    """The signs of life of a step (StepMetrics' landed_* and talk_*) from its episodes' signs by
+    team-size bucket: each bucket's mean per rollout over the step's average rollout (every
+    bucket's episodes alike, as the reference work measures it), per agent, and communication
+    per agent-second (tokens over the agents' summed seconds alive)."""
+    order = sorted(teams, key=TEAM_BUCKETS.index)
+    every = [x for b in order for x in teams[b]]
+    landed = float(np.mean([x.landed_tokens for x in every]))
+    talk = float(np.mean([x.talk_tokens for x in every]))
+    begun = sum(x.landed_tokens + x.refused_tokens for x in every)
+
+    def per_second(xs: list[Signs]) -> float:
+        seconds = sum(x.agent_seconds for x in xs)
+        return sum(x.talk_tokens for x in xs) / seconds if seconds > 0 else 0.0
+
+    def rel(b: str, field: str, average: float) -> float:
+        return float(np.mean([getattr(x, field) for x in teams[b]])) / average if average else 0.0
+
+    return {
+        "landed_tokens_mean": landed,
+        "landed_units_mean": float(np.mean([x.landed_units for x in every])),
+        "refused_share": sum(x.refused_tokens for x in every) / begun if begun else 0.0,
+        "landed_rel": {b: rel(b, "landed_tokens", landed) for b in order},
+        "landed_per_agent": {
+            b: float(np.mean([x.landed_per_agent for x in teams[b]])) for b in order
+        },
+        "talk_tokens_mean": talk,
+        "talk_per_agent_second": per_second(every),
+        "talk_rel": {b: rel(b, "talk_tokens", talk) for b in order},
+        "talk_per_agent_second_by_team": {b: per_second(teams[b]) for b in order},
+    }
 
 
 # == 3. The loop =================================================================================

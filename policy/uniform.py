@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from collective.actions import ArgSpec
+from collective.actions import ArgSpec, ToolSpec
 from collective.seeding import Stream
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
@@ -21,7 +21,8 @@ from policy.base import PolicyRequest, PolicyResponse
 _FALLBACK_WORDS = ("help", "done", "need", "have", "next", "ok", "wait", "go")
 
 
-def _text_arg(spec: ArgSpec, rng: Stream) -> tuple[str, float]:
+def _text_arg(spec: ArgSpec, rng: Stream, room: int) -> tuple[str, float]:
+    """A text argument of at most ``spec.max_chars`` characters and ``room`` bytes."""
     words = spec.words or _FALLBACK_WORDS
     n = 1 + rng.below(3)
     lp = -math.log(3)
@@ -29,27 +30,55 @@ def _text_arg(spec: ArgSpec, rng: Stream) -> tuple[str, float]:
     for _ in range(n):
         w = words[rng.below(len(words))]
         lp -= math.log(len(words))
-        if len(" ".join([*out, w])) > spec.max_chars:
+        joined = " ".join([*out, w])
+        if len(joined) > spec.max_chars or len(joined.encode()) > room:
             break
         out.append(w)
     return '"' + " ".join(out) + '"', lp
 
 
+def _least(a: ArgSpec) -> int:
+    """The bytes an argument is given before it is drawn: an int at its widest (a few bytes),
+    a choice at its shortest, a text its two quotes."""
+    if a.kind == "int":
+        return max(len(str(a.lo)), len(str(a.hi)))
+    if a.kind == "choice":
+        return min(len(c.encode()) for c in a.choices)
+    return 2
+
+
+def _spare(spec: ToolSpec, max_tokens: int) -> int:
+    """The bytes an action of this tool has beyond its arguments' ``_least`` under the answer's
+    bound (a token a byte, and the end token)."""
+    need = len(spec.name.encode()) + sum(1 + _least(a) for a in spec.args) + 1
+    return max_tokens - need
+
+
 def sample_action(req: PolicyRequest) -> tuple[str, list[int], list[float]]:
+    """A uniformly random action that fits the answer's bound (``max_tokens``): an answer past
+    it is rejected (``collective.conductor.bounded``), and a random team's actions are valid
+    ones. Tools, choices and words that cannot fit are not drawn; while the bound does not
+    bite, every draw is what it was before the bound was heeded (the same episodes)."""
     rng = Stream(req.seed)
-    tools = req.space.tools
+    tools = [t for t in req.space.tools if _spare(t, req.max_tokens) >= 0] or req.space.tools
     spec = tools[rng.below(len(tools))]
     pieces = [spec.name]
     piece_lps = [-math.log(len(tools))]
+    room = _spare(spec, req.max_tokens)
     for a in spec.args:
         if a.kind == "int":
             pieces.append(str(a.lo + rng.below(a.hi - a.lo + 1)))
             piece_lps.append(-math.log(a.hi - a.lo + 1))
+            room += _least(a) - len(pieces[-1])
         elif a.kind == "choice":
-            pieces.append(a.choices[rng.below(len(a.choices))])
-            piece_lps.append(-math.log(len(a.choices)))
+            least = _least(a)
+            choices = [c for c in a.choices if len(c.encode()) - least <= room] or a.choices
+            pieces.append(choices[rng.below(len(choices))])
+            piece_lps.append(-math.log(len(choices)))
+            room -= len(pieces[-1].encode()) - least
         else:
-            text, lp = _text_arg(a, rng)
+            text, lp = _text_arg(a, rng, max(room, 0))
+            room -= len(text.encode()) - 2
             pieces.append(text)
             piece_lps.append(lp)
     text = " ".join(pieces)
@@ -81,6 +110,7 @@ class RandomPolicy:
 
     name = "random"
     version = 0
+    tokenizer_name = "bytes"  # its token ids (see collective.replay.tokenizer_of)
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
         return [respond(r) for r in requests]

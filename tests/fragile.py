@@ -255,3 +255,32 @@ class Halts(Bumps):
         with trio.CancelScope(shield=self.shielded):
             await trio.sleep(0)
         return "halted"
+
+
+class Refuses(World):
+    """``spend`` changes its state, schedules an event and posts, then raises ``ToolError``;
+    ``metrics`` counts both. What the guide says of a refusal: nothing is undone."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        super().__init__(n_agents, seed)
+        self.count = 0
+        self.rang = 0
+
+    @tool(duration=2.0)
+    def spend(self, agent: int) -> str:
+        self.count += 1
+        self.after(1.0, self.ring)
+        self.post(f"spent {self.count}")
+        raise ToolError("refused after all")
+
+    def ring(self) -> None:
+        self.rang += 1
+
+    def observe(self, agent: int) -> str:
+        return f"count {self.count}"
+
+    def score(self) -> float:
+        return min(1.0, self.count / 10)
+
+    def metrics(self) -> dict[str, float]:
+        return {"count": self.count, "rang": self.rang}

@@ -34,7 +34,7 @@ def test_check_a_sound_world_prints_its_findings_and_the_random_teams_scores(
     assert [r[0] for r in rows] == ["40", "80", "160"]
     means = [float(r[2]) for r in rows]
     assert means == sorted(means), "a monotone world's random team only gains with time"
-    assert out[-1].startswith("verdict: something to learn at 160 s")
+    assert out[-2].startswith("verdict: something to learn at 160 s")
 
 
 @pytest.mark.parametrize(
@@ -44,6 +44,8 @@ def test_check_a_sound_world_prints_its_findings_and_the_random_teams_scores(
         ("tally", {"target": 1}, 240, "saturated: a random team already scores 1.000 by 60 s"),
         ("tally", {"target": 1}, 120, "little to learn at 120 s: a random team nearly finishes"),
         ("tally", {}, 120, "something to learn at 120 s"),
+        # a mean of 0.020 with a spread, but one rollout in six scored: most groups are all 0
+        ("market", {}, 200, "too little to learn at 200 s: only 17% of random rollouts scored"),
     ],
 )
 def test_check_says_whether_a_world_gives_a_policy_something_to_learn(
@@ -52,6 +54,30 @@ def test_check_says_whether_a_world_gives_a_policy_something_to_learn(
     report = check_world(world, params, agents=2, seeds=2, rollouts=3, time_limit=limit)
     assert report.ok, report.lines()
     assert report.verdict.startswith(verdict), report.verdict
+
+
+def test_check_claims_nothing_of_a_world_that_raised_and_exits_as_run_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["check", f"{FRAGILE}:Faulty", "--param", "bug=score", *QUICK])
+    out, err = capsys.readouterr()
+    assert code == 2  # as `collective run` exits on a world error
+    assert err.count("\n") == 1 and "score() returned 1.5" in err
+    assert "FAIL  6 of 6 episodes ended world_error" in out
+    # no episode ran to its end: nothing is ok about its score or its determinism
+    assert "score in [0, 1]" not in out and "deterministic" not in out, out
+    assert "not checked until the world error is fixed" in out
+    assert "verdict" not in out
+
+
+def test_check_states_the_rule_of_its_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "tally", *QUICK, "--time-limit", "60"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("verdict: something to learn at 60 s")
+    assert out[-1] == (
+        "  (something to learn: at least 25% of rollouts score, a spread within a world seed, "
+        "and a mean under 0.95)"
+    )
 
 
 @pytest.mark.parametrize("world", ["wildfire", GARDEN, "market"])

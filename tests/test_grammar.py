@@ -14,7 +14,7 @@ from collective.seeding import Stream
 from policy import tokenizer
 from policy.base import PolicyRequest
 from policy.grammar import BLOCKED, DONE, START, Grammar, batch_tables, compile_space
-from policy.uniform import sample_action
+from policy.uniform import _spare, sample_action
 
 EOS = tokenizer.EOS
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,6 +88,20 @@ def test_every_random_policy_action_is_accepted(space: ActionSpace, seed: int) -
     text, ids, _ = sample_action(req)
     assert g.accepts(ids), text
     assert g.accepts([*tokenizer.encode(text), EOS])
+
+
+@FAST
+@given(space=spaces, seed=st.integers(0, 2**64 - 1), bound=st.integers(1, 64))
+def test_a_random_policy_action_fits_its_bound(space: ActionSpace, seed: int, bound: int) -> None:
+    """The random policy read no bound: under ``max_output_tokens = 24`` (the scale study's)
+    it said ``post all "need have next"`` (27 tokens), which the engine rejects. Wherever a tool
+    of the space fits the bound with its arguments at their least, the answer is within it."""
+    req = PolicyRequest(agent=0, turn=0, prompt="", space=space, seed=seed, max_tokens=bound)
+    text, ids, lps = sample_action(req)
+    assert compile_space(space).accepts(ids), text
+    assert len(lps) == len(ids)
+    if any(_spare(t, bound) >= 0 for t in space.tools):
+        assert len(ids) <= bound, (text, bound)
 
 
 @FAST

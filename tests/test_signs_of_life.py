@@ -52,6 +52,14 @@ def _experiment(tmp_path: Path, *args: str) -> tuple[Path, dict]:
             assert f["verdict"] == "no", f  # never yes on a missing value
         else:
             assert lo <= f["value"] <= hi
+        # judged by paired contrasts over training seeds, Holm-corrected over the named family
+        assert f["key"] in summary["statistics"]["primary"] and f["contrasts"]
+        assert 0 <= f["p"] <= f["p_holm"] <= 1
+        assert (f["verdict"] == "yes") == (f["p_holm"] < 0.05)
+        for c in f["contrasts"].values():
+            assert c["method"] == "t over seeds" and len(c["per_seed"]) == c["seeds"]
+        if len(summary["seeds"]) < 2:
+            assert f["verdict"] == "no" and "fewer than two training seeds" in f["why"]
     readme = (out / "README.md").read_text()
     assert "| finding | trained | random | untrained |" in readme
     assert all(f["finding"] in readme for f in summary["findings"])
@@ -114,3 +122,32 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     assert flat["sub_agents_frozen"] is False and flat["turns"]["trained by sub-agent"] > 0
     share = limit_share([runs["flat"]])
     assert share["episodes"] == 10 and sum(share["ends"].values()) == 10
+
+
+def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() -> None:
+    """A variant that finished fewer seeds (``--complete-only``) is paired with the main run's
+    rows of the same seeds, not by position; a seedless baseline is set against every seed;
+    and the Holm family is PRIMARY whatever was run."""
+    import numpy as np
+
+    from bench.signs_of_life import PRIMARY, contrast, finding, judge_findings, versus
+    from collective.intervals import seed_interval
+
+    main = np.array([[1.0, 1.2], [5.0, 5.1], [9.0, 9.3]])  # seeds 0, 1, 2: seed effects
+    variant = np.array([[0.5, 0.6], [8.4, 8.9]])  # seeds 0 and 2 only
+    d = contrast(main, [0, 1, 2], variant, [0, 2])
+    assert d.seeds == 2 and d.per_seed == pytest.approx([0.55, 0.5])
+    r = contrast(main, [0, 1, 2], np.array([[0.0, 0.0]]), None)
+    assert r.per_seed == pytest.approx([1.1, 5.05, 9.15])
+    v = versus(np.array([2.0, 3.0, 4.0]), np.array([1.0, 1.5, 2.0]), [0, 1, 2], [0, 1, 2])
+    assert v.per_seed == pytest.approx([1.0, 1.5, 2.0])
+    clear = seed_interval([0.30, 0.32, 0.28, 0.31])
+    weak = seed_interval([0.05, -0.01, 0.07, 0.04, 0.06, 0.0])  # p ~ 0.03
+    fs = [
+        finding("learning", "a", clear, {}, "-", {"x": (clear, 0.0)}),
+        finding("flat", "b", weak, {}, "-", {"x": (weak, 0.0)}),
+    ]
+    judge_findings(fs)
+    assert fs[0]["verdict"] == "yes" and fs[1]["verdict"] == "no"  # weak fails over 11
+    assert fs[1]["p_holm"] == pytest.approx(min(1.0, (len(PRIMARY) - 1) * fs[1]["p"]))
+    assert "_parts" not in fs[0]  # nothing unserialisable is left for summary.json

@@ -53,3 +53,57 @@ def test_scale_study_smoke(tmp_path: Path) -> None:
     one = next(row for row in rows if row["agents"] == 16 and row["policy"] == "random")
     assert one["batch_largest"] >= 16 * 2, "all agents of both seeds think at t=0: one batch"
     assert (out / "scale.png").stat().st_size > 10_000
+
+
+def _study(tmp_path: Path, world: str, *more: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / world
+    study = ["study", "scale", "", "--policies", "random", "--world", world]
+    cell = ["--agents", "1,4", "--seeds", "2", "--horizon", "60"]
+    r = subprocess.run(
+        [sys.executable, "-m", "collective.cli", *study, *cell, "--out", str(out), *more],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return r, json.loads((out / "scale.json").read_text())
+
+
+def test_the_random_baseline_says_each_cell_and_keeps_to_its_bound(tmp_path: Path) -> None:
+    r, data = _study(tmp_path, "workshop")
+    # the study's answers are bounded at 24 tokens; the random policy drew past it, and the
+    # engine rejected its answers ("an answer over its bound: rejected ... policy=random")
+    assert data["config"]["max_output_tokens"] == 24
+    assert "over its bound" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith(
+        "study scale: 2 cells (1 policy(ies) x 2 agent count(s)), 4 episodes"
+    )
+    assert lines[1].startswith("study scale: cell 1/2: random x 1 agents, score ")
+    assert "left (expected: about" in lines[1]
+    assert lines[2].startswith("study scale: cell 2/2: random x 4 agents")
+    assert all(isinstance(row["duplicate_rate"], float) for row in data["rows"])  # it counts them
+
+
+def test_a_world_without_a_duplicates_metric_is_not_said_to_have_none(tmp_path: Path) -> None:
+    r, data = _study(tmp_path, "tally", "--quiet")
+    assert r.stderr == ""
+    assert [row["duplicate_rate"] for row in data["rows"]] == [None, None]
+    assert all('"duplicate_rate": null' in line for line in r.stdout.splitlines()[:2])
+
+
+def test_every_study_option_says_what_it_is() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "collective.cli", "study", "scale", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    for option in ("--world", "--org", "--agents", "--seeds", "--targets", "--policies", "--out"):
+        # argparse puts an option's help on its line, or on the next where the name is long
+        named = f"{option} {option[2:].upper()}"
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(named))
+        said = lines[at].strip().removeprefix(named).strip() or lines[at + 1].strip()
+        assert len(said) > 10, (option, lines[at])

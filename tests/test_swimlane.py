@@ -9,10 +9,10 @@ import pytest
 from conftest import run
 from matplotlib.image import imread
 
-from collective import EpisodeConfig, draw_timeline, run_episode, save_episode
+from collective import EpisodeConfig, draw_timeline, load_episode, run_episode, save_episode
 from collective.cli import main
-from collective.records import Asked, Began, Fired
-from collective.swimlane import COLOURS, MAX_LANES, lanes
+from collective.records import Asked, Began, Fired, Happened, Posted
+from collective.swimlane import COLOURS, MAX_LANES, WORLD_COLOUR, lanes, title
 from policy.uniform import RandomPolicy
 
 
@@ -75,3 +75,37 @@ def test_past_the_cap_the_first_lanes_are_drawn_and_the_picture_says_so(
     assert out.out.strip() == str(tmp_path / "t.png")
     assert f"only the first {MAX_LANES} agents" in out.err
     assert imread(tmp_path / "t.png").shape[0] > 1500  # 64 lanes get a tall picture
+
+
+def test_the_world_lane_draws_the_worlds_events_and_posts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show --png` of a world with timed events (wildfire: fires break out and are posted)
+    draws each on a lane of its own; a world without any draws no such lane."""
+    for world in ("wildfire", "tally"):
+        ep_path, png = tmp_path / f"{world}.msgpack", tmp_path / f"{world}.png"
+        run = ["run", world, "--agents", "3", "--time-limit", "200", "--out", str(ep_path)]
+        assert main(run) == 0
+        assert main(["show", str(ep_path), "--png", str(png)]) == 0
+        ep = load_episode(ep_path)
+        world_lane = lanes(ep).world
+        happened = [e for e in ep.events if isinstance(e, Happened)]
+        posted = [e for e in ep.events if isinstance(e, Posted) and e.agent < 0]
+        assert [t for t, k, _ in world_lane if k == "event"] == [e.t for e in happened]
+        assert [(t, w) for t, k, w in world_lane if k == "post"] == [(e.t, e.text) for e in posted]
+        if world == "wildfire":
+            assert happened and posted
+            assert _pixels(png, WORLD_COLOUR) > 20 * len(happened)
+        else:
+            assert not world_lane and _pixels(png, WORLD_COLOUR) == 0
+    capsys.readouterr()
+
+
+def test_the_title_counts_the_team_and_the_hires_apart(tmp_path: Path) -> None:
+    ep_path = tmp_path / "ceo.msgpack"
+    run = ["run", "workshop", "--agents", "4", "--org", "ceo", "--budget", "4", "--seed", "1"]
+    assert main([*run, "--time-limit", "300", "--out", str(ep_path)]) == 0
+    ep = load_episode(ep_path)
+    data = lanes(ep)
+    assert ep.stats.hires > 0 and data.total == 4 + ep.stats.hires
+    assert title(ep, data).startswith(f"workshop, 4 agents + {ep.stats.hires} hired, org ceo")

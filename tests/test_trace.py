@@ -282,3 +282,32 @@ def test_a_large_episode_warns_and_streams(tmp_path: Path) -> None:
     assert "warning: 1200 agent tracks" in proc.stderr and "--agents" in proc.stderr
     events = check_trace(json.loads((tmp_path / "big.trace.json").read_text()))
     expect_counts(ep, events)
+
+
+def test_a_random_episodes_batches_say_random(tmp_path: Path) -> None:
+    """The batches named the organisation's policy slot (``trained``) as their policy, in an
+    episode run with ``--policy random``: the real command line, start to end."""
+    ep, trace = tmp_path / "ep.msgpack", tmp_path / "ep.trace.json"
+    cli = [sys.executable, "-m", "collective.cli"]
+    run_args = [
+        "--org",
+        "orchestrator",
+        "--budget",
+        "2",
+        "--policy",
+        "random",
+        "--time-limit",
+        "60",
+    ]
+    r = subprocess.run(
+        [*cli, "run", "workshop", *run_args, "--out", str(ep)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [*cli, "trace", str(ep), "--out", str(trace)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    batches = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "batch"]
+    assert batches
+    assert {b["args"]["policy"] for b in batches} == {"random"}
+    assert {b["args"]["org_policy"] for b in batches} <= {"trained", "frozen"}

@@ -276,6 +276,8 @@ class TinyModel:
 class TinyPolicy:
     """The ``Policy`` over a ``TinyModel``; ``version`` is always the model's current one."""
 
+    tokenizer_name = "bytes"  # its token ids (see collective.replay.tokenizer_of)
+
     def __init__(self, model: TinyModel, name: str | None = None) -> None:
         self.model = model
         self.name = name or f"tiny ({model.source})"
