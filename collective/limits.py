@@ -1,13 +1,19 @@
 """What this machine can hold: checked before a run, so a size it cannot hold is one line of
 error, not a MemoryError traceback after minutes (or the kernel's OOM killer).
 
-Two guards. ``check_agents`` refuses an agent count whose bare minimum (an idle agent costs about
-3.7 KB, measured by ``bench/engine.py --million``) exceeds the memory available. ``memory_cap``
-runs a block with the address space capped at what is in use plus half of what is available
-(the other half is the run's: its agents, its record, the policy), so a world whose constructor
-asks for too much (``--param size=10**9``) gets a MemoryError, which the caller turns into a
-one-line error, instead of taking the machine's memory (and its neighbours') or being killed by
-the kernel half-way.
+Two guards. ``check_fits`` adds up what a run will hold, from measured constants (below) and
+what a world says of itself (``World.footprint``), and refuses in one line, before any work,
+a run that will not fit in the memory available: every agent of a run, every group's world
+(which must fit in half, the half ``memory_cap`` lets a world be built in), and in training the
+episodes in flight and those a step holds for the learner. ``memory_cap`` runs a block with the
+address space capped at what is in use plus half of what is available (the other half is the
+run's: its agents, its record, the policy), so a world that cannot say what it needs and asks
+for too much gets a MemoryError, which the caller turns into a one-line error, instead of taking
+the machine's memory (and its neighbours') or being killed by the kernel half-way.
+
+The constants are peak resident set slopes between two sizes, each run in a fresh process, so
+the interpreter and the imports cancel out (``bench/footprint.py``, 2 shared cores, Python
+3.11; rerun it after a change to what an agent or an episode holds).
 """
 
 from __future__ import annotations
@@ -16,8 +22,24 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-AGENT_BYTES = 4096  # at least this much per agent (3.7 KB idle, measured), for the estimate
+if TYPE_CHECKING:
+    from collective.config import TrainConfig
+    from collective.world import World
+
+# One agent of a running episode: its actor, observation, prompt, request and response in the
+# batch everyone thinks in at t=0, its turn record. `run workshop --time-limit 3 --agents N`,
+# workshop's own 4 modules per agent taken off: 6.07 KB (N = 2,000 to 40,000, the record in
+# memory), 5.6 KB (N = 40,000 to 200,000, the record streamed with --out). (Idle: 3.7 KB,
+# bench/engine.py --million.)
+AGENT_BYTES = 6144
+# One episode of training, in flight and then held whole until the learner has its step (turn
+# records with their token ids and logprobs, the world, the actors, the learner's share), per
+# agent: `train configs/quick.toml --set steps=1` with groups_per_step = 1 and group_size =
+# concurrency = 64, then 256 (teams of 2 and 4, 120 s episodes, 24-token turns) peaked at 962 MB
+# and 1,267 MB: 1.59 MB an episode, 530 KB an agent. Longer episodes hold more turns.
+EPISODE_AGENT_BYTES = 512 * 1024
 
 
 def _read_int(path: str) -> int | None:
@@ -30,8 +52,18 @@ def _read_int(path: str) -> int | None:
 
 def available_memory() -> int | None:
     """Bytes this process may still allocate: the kernel's MemAvailable, or less under a cgroup
-    limit; None where neither can be read (then nothing is refused on memory grounds)."""
+    limit or an address-space limit (``ulimit -v``); None where none can be read (then nothing
+    is refused on memory grounds)."""
     found: list[int] = []
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError):
+        soft = None
+    size = _address_space()
+    if soft is not None and soft != resource.RLIM_INFINITY and size is not None:
+        found.append(max(0, soft - size))
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -53,15 +85,47 @@ def human(n: float) -> str:
     raise AssertionError
 
 
-def check_agents(agents: int, what: str) -> None:
-    """ValueError if ``agents`` agents cannot fit even at their idle minimum."""
+def check_fits(what: str, parts: dict[str, int], *, world: int = 0) -> None:
+    """ValueError, one line naming the parts, if ``parts`` (bytes by what holds them) add up to
+    more than the memory available, or the largest world alone (``world`` bytes, counted in the
+    parts too) to more than the half of it a world is built in (``memory_cap``)."""
     free = available_memory()
-    need = agents * AGENT_BYTES
-    if free is not None and need > free:
+    need = sum(parts.values())
+    if free is None:
+        return
+    if world > free // 2:
         raise ValueError(
-            f"{what}: {agents:,} agents need at least {human(need)} (about "
-            f"{human(AGENT_BYTES)} each), more than the {human(free)} of memory available"
+            f"{what}: the world needs at least {human(world)}, more memory than half of the "
+            f"{human(free)} this machine has available (the other half is the run's)"
         )
+    if need > free:
+        said = ", ".join(f"{name} {human(n)}" for name, n in parts.items() if n)
+        raise ValueError(
+            f"{what} need at least {human(need)} ({said}), more than the {human(free)} of "
+            "memory available"
+        )
+
+
+def check_agents(agents: int, what: str, world_bytes: int = 0, largest_world: int = 0) -> None:
+    """ValueError if ``agents`` agents (about :data:`AGENT_BYTES` each) and their worlds
+    (``world_bytes`` in all, the largest ``largest_world``) cannot fit."""
+    check_fits(
+        f"{what}: {agents:,} agents",
+        {f"agents at {human(AGENT_BYTES)} each": agents * AGENT_BYTES, "worlds": world_bytes},
+        world=largest_world,
+    )
+
+
+def world_footprint(cls: type[World], n_agents: int, params: dict[str, Any], ref: str) -> int:
+    """What ``cls`` says its state takes for ``n_agents`` with ``params`` (converted), 0 where
+    it cannot say; a footprint that raises or is not a count of bytes is a one-line error."""
+    try:
+        got = cls.footprint(n_agents, **params)
+    except Exception as e:
+        raise ValueError(f"world {ref!r}: footprint() raised {type(e).__name__}: {e}") from None
+    if not isinstance(got, int) or isinstance(got, bool) or got < 0:
+        raise ValueError(f"world {ref!r}: footprint() returned {got!r}, not bytes (an int >= 0)")
+    return got
 
 
 def _address_space() -> int | None:
@@ -96,3 +160,31 @@ def memory_cap() -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def check_training(cfg: TrainConfig) -> None:
+    """ValueError if a training run cannot hold what it will: the episodes in flight (each its
+    team's agents and its world) and the finished ones a step keeps whole for the learner, up to
+    ``lag + 1`` steps of ``groups_per_step x group_size`` (an episode of a later step waits for
+    its weights' step to be learned from)."""
+    from collective.registry import resolve_world
+    from collective.world import convert_params
+
+    largest = max(cfg.team_sizes)
+    check_agents(cfg.concurrency * largest, "concurrency x largest team")  # cheap, first
+    held = (cfg.lag + 1) * cfg.groups_per_step * cfg.group_size
+    live = min(cfg.concurrency, held)
+    team = sum(cfg.team_sizes) / len(cfg.team_sizes)  # team sizes are cycled over the groups
+    cls = resolve_world(cfg.world)
+    world = world_footprint(cls, largest, convert_params(cls, cfg.params, cfg.world), cfg.world)
+    check_fits(
+        f"training: {live:,} episodes in flight and {held:,} held for the learner",
+        {
+            "their agents": int(live * team * AGENT_BYTES),
+            "their worlds": live * world,
+            f"the held episodes at {human(EPISODE_AGENT_BYTES)} an agent": int(
+                held * team * EPISODE_AGENT_BYTES
+            ),
+        },
+        world=world,
+    )

@@ -119,18 +119,24 @@ def check_runnable(cfg: EpisodeConfig) -> None:
     away: a bad name, parameter or size is a one-line ValueError now, not a traceback from
     inside a run that has started writing. (Class-level checks of a world's definition are
     the world's own.)"""
-    from collective.limits import check_agents, memory_cap
+    from collective.limits import check_agents, memory_cap, world_footprint
     from collective.organisation import make_organisation
 
     org = make_organisation(cfg.org, cfg.budget)
-    check_agents(cfg.agents + cfg.budget, f"world {cfg.world!r}")
+    what = f"world {cfg.world!r}"
+    check_agents(cfg.agents + cfg.budget, what)
     sizes = org.groups(cfg.agents)
     if sum(sizes) != cfg.agents or min(sizes) < 1:
         raise ValueError(f"organisation {cfg.org!r} cannot split {cfg.agents} agents ({sizes})")
     if cfg.world_agents and len(sizes) != 1:
         raise ValueError(f"world_agents needs a one-group organisation, not {cfg.org!r}")
     world_sizes = [cfg.world_agents] if cfg.world_agents else sizes
-    check_agents(max(world_sizes), f"world {cfg.world!r}")
+    # Every group holds its own world: what they say they take, before one is built.
+    cls = resolve_world(cfg.world)
+    params = convert_params(cls, cfg.params, cfg.world)
+    each = {n: world_footprint(cls, n, params, cfg.world) for n in set(world_sizes)}
+    worlds = sum(each[n] for n in world_sizes)
+    check_agents(cfg.agents + cfg.budget, what, worlds, max(each.values()))
     for n in sorted(set(world_sizes)):
         try:
             with memory_cap():

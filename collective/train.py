@@ -37,7 +37,7 @@ from collective.conductor import lone_error
 from collective.config import TrainConfig, dump_config, load_config, time_limit_at
 from collective.credit import leave_one_out
 from collective.learner import Learner, Sample, clipped_pg_loss
-from collective.limits import check_agents, memory_cap
+from collective.limits import check_training, memory_cap
 from collective.loggers import check_logger, open_logger
 from collective.organisation import make_organisation
 from collective.records import Episode, Spawned
@@ -262,7 +262,7 @@ def validate(cfg: TrainConfig) -> None:
     """Everything a run needs that can be checked without running it: every team size's
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
-    check_agents(cfg.concurrency * max(cfg.team_sizes), "concurrency x largest team")
+    check_training(cfg)
     first_group = {team: g for g, team in reversed(list(enumerate(cfg.team_sizes)))}
     for g in sorted(first_group.values()):
         check_runnable(team_config(cfg, g, 0, 0))

@@ -167,6 +167,14 @@ class World:
 
     # -- what a subclass writes ---------------------------------------------------------------
 
+    @classmethod
+    def footprint(cls, n_agents: int, **params: Any) -> int:
+        """Bytes this world's own state will take for ``n_agents`` with ``params`` (the
+        constructor's, converted), said before it is built so that a size that cannot fit is
+        refused in one line before any work (``collective/limits.py``). 0: it cannot say (it is
+        then built under a memory cap, and refused if it asks for too much)."""
+        return 0
+
     def observe(self, agent: int) -> str:
         raise NotImplementedError(f"{type(self).__name__} must define observe(agent) -> str")
 

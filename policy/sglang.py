@@ -53,9 +53,22 @@ change the answer (on servers of the same build, GPU type and flags). A call tha
 connection refused or dropped, a timeout, HTTP 429 or 5xx is retried with exponential backoff, a
 bounded number of times; a server still unreachable after that is *lost*: its share goes to the
 others, a structlog warning says so, and :attr:`SGLangPolicy.lost_servers` and
-:attr:`SGLangPolicy.requests_moved` count it. The run goes on while one server is left. Any other
-error status and any answer that is not the documented shape raise :class:`PolicyError` naming the
-server and the request (agent, turn): never a silently wrong answer.
+:attr:`SGLangPolicy.requests_moved` count it. The run goes on while one server is left (the last
+one lost is no warning: it is the :class:`PolicyError` that follows). Any other error status and
+any answer that is not the documented shape raise :class:`PolicyError` naming the server and the
+request (agent, turn): never a silently wrong answer.
+
+**Time.** Three bounds, so that a server that accepts connections and never answers cannot hold a
+run for longer than the user chose. ``timeout`` bounds one attempt at one call (default 120 s: a
+``/generate`` share answers in seconds to a minute, its length bounded by ``max_new_tokens``);
+the light GETs (``/health``, ``/server_info``, ``/model_info``) get at most
+:data:`_QUICK_TIMEOUT`, because SGLang answers ``/health`` within its own
+``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s by default; python/sglang/srt/entrypoints/http_server.py,
+health_generate) and the info endpoints at once. ``deadline`` bounds one batch in total, every
+server, attempt, backoff and resend included (default 600 s); past it the batch fails naming the
+servers that had not answered. It exceeds ``attempts`` x ``timeout`` (480 s), so a fleet server
+silent through all its attempts is lost, and its share moved, before the deadline ends the batch.
+``wait`` bounds a server still starting (503) and a follower waiting for a version.
 
 **Followers.** A client that calls :meth:`SGLangPolicy.follow` loads no weights: another client
 (the learner's, in another process) does, and the follower samples only from the version it is
@@ -70,9 +83,10 @@ line (quote a path with spaces)::
 Client options, for both: ``seeds=on|off`` (default on), ``api-key-env=VAR`` (the API key is
 read from that environment variable, never written into the spec, which episodes record),
 ``wait=SECONDS`` (how long a server may answer 503 while it loads; default 900),
-``constraint=regex|ebnf`` and ``tokenizer=DIR`` (a local copy of the model's tokenizer, for
-servers on other machines; by default the directory the server reports is read). With
-``launch``, every other ``NAME=VALUE`` becomes the server flag ``--NAME VALUE`` (``dp`` and
+``timeout=SECONDS`` (one attempt at one call; default 120), ``deadline=SECONDS`` (one batch in
+all; default 600), ``constraint=regex|ebnf`` and ``tokenizer=DIR`` (a local copy of the model's
+tokenizer, for servers on other machines; by default the directory the server reports is read).
+With ``launch``, every other ``NAME=VALUE`` becomes the server flag ``--NAME VALUE`` (``dp`` and
 ``tp`` stand for ``--dp-size`` and ``--tp-size``), words after ``--`` are passed to the server as
 they are, and the server is always started with ``--enable-deterministic-inference`` while seeds
 are on (and ``--api-key`` when a key is given).
@@ -119,6 +133,9 @@ _SEED_MASK = (1 << 63) - 1  # SGLang keeps seeds in int64 tensors
 _MIN_TEMPERATURE = 1e-5  # SGLang treats lower temperatures as greedy decoding
 _LOGPROB_SLACK = 1e-3  # a logprob above this is not rounding, it is a broken answer
 _POLL = 0.25  # seconds between /health polls while a server starts
+# The most one light GET (/health, /server_info, /model_info) may take: SGLang's /health answers
+# within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default) plus its 1 s poll, the others at once.
+_QUICK_TIMEOUT = 30.0
 T = TypeVar("T")
 
 
@@ -243,8 +260,10 @@ class SGLangPolicy:
     regex works with every SGLang grammar backend; EBNF needs XGrammar or llguidance). ``seeded``
     sends each request's seed as ``sampling_seed`` and then requires every server to run with
     ``--enable-deterministic-inference``. ``api_key`` is sent as ``Authorization: Bearer``.
-    ``timeout`` bounds one HTTP call; ``attempts`` bounds the tries of one call, ``backoff`` is the
-    first pause between them (doubling after each); ``wait`` bounds how long a server may answer
+    ``timeout`` bounds one attempt at one HTTP call (a light GET: at most :data:`_QUICK_TIMEOUT`);
+    ``attempts`` bounds the tries of one call, ``backoff`` is the first pause between them
+    (doubling after each); ``deadline`` bounds one :meth:`generate` in all (its sends, retries and
+    resends; not the one-time readiness check); ``wait`` bounds how long a server may answer
     /health with 503 (starting) before the first batch.
 
     A server holds one set of weights, so a request pinned to another version
@@ -262,10 +281,11 @@ class SGLangPolicy:
         version: int = 0,
         seeded: bool = True,
         api_key: str | None = None,
-        timeout: float = 300.0,
+        timeout: float = 120.0,
         attempts: int = 4,
         backoff: float = 0.5,
         wait: float = 900.0,
+        deadline: float = 600.0,
         servers: Sequence[SGLangServer] = (),
         name: str | None = None,
     ) -> None:
@@ -281,10 +301,16 @@ class SGLangPolicy:
             raise ValueError(f"an SGLang server is listed twice in {urls}")
         if constraint not in ("regex", "ebnf"):
             raise ValueError(f"constraint must be 'regex' or 'ebnf', got {constraint!r}")
-        if attempts < 1 or timeout <= 0 or backoff < 0 or wait <= 0:
+        if not (
+            attempts >= 1
+            and 0 < timeout < math.inf
+            and 0 <= backoff < math.inf
+            and 0 < wait < math.inf
+            and 0 < deadline < math.inf
+        ):
             raise ValueError(
-                "need attempts >= 1, timeout > 0, backoff >= 0, wait > 0; "
-                f"got {attempts}, {timeout}, {backoff}, {wait}"
+                "need attempts >= 1, finite timeout > 0, backoff >= 0, wait > 0, deadline > 0; "
+                f"got {attempts}, {timeout}, {backoff}, {wait}, {deadline}"
             )
         self.urls: tuple[str, ...] = tuple(u.rstrip("/") for u in urls)
         self.name = name or "sglang:" + ",".join(self.urls)
@@ -295,6 +321,7 @@ class SGLangPolicy:
         self.attempts = attempts
         self.backoff = backoff
         self.wait = wait
+        self.deadline = deadline
         self.servers = tuple(servers)
         self.lost_servers: list[str] = []  # in the order they were lost
         self.requests_moved = 0  # requests sent again to another server after theirs was lost
@@ -334,6 +361,7 @@ class SGLangPolicy:
             "attempts": self.attempts,
             "backoff": self.backoff,
             "wait": self.wait,
+            "deadline": self.deadline,
             "name": self.name,
         }
 
@@ -374,6 +402,15 @@ class SGLangPolicy:
             answers: list[PolicyResponse | None] = [None] * len(requests)
             pending = list(range(len(requests)))
             behind = 0
+            budget = self.deadline  # spent only while sending (a follower's waits have `wait`)
+            silent: set[str] = set()  # the servers whose share of this round is not answered yet
+
+            async def send(url: str, share: list[int]) -> dict[int, PolicyResponse]:
+                silent.add(url)
+                got = await self._share(client, url, share, requests, prompts, params, version)
+                silent.discard(url)
+                return got
+
             while pending:
                 if self._following and not self._label_seen:
                     await self._await_label(client)
@@ -384,18 +421,28 @@ class SGLangPolicy:
                         f"{_who([requests[i] for i in pending])}; lost: "
                         + "; ".join(self._lost_why.values())
                     )
+                silent.clear()
                 jobs = [
-                    functools.partial(
-                        self._share, client, url, share, requests, prompts, params, version
-                    )
-                    for url, share in zip(live, split(pending, len(live)), strict=True)
-                    if share
+                    functools.partial(send, url, part)
+                    for url, part in zip(live, split(pending, len(live)), strict=True)
+                    if part
                 ]
+                started = trio.current_time()
                 try:
-                    for got in await _concurrently(jobs):
-                        for i, answer in got.items():
-                            answers[i] = answer
+                    with trio.move_on_after(budget) as scope:
+                        for got in await _concurrently(jobs):
+                            for i, answer in got.items():
+                                answers[i] = answer
+                    budget -= trio.current_time() - started
+                    if scope.cancelled_caught:
+                        raise PolicyError(
+                            f"SGLang server(s) {', '.join(u for u in live if u in silent)} gave "
+                            f"no answer for {_who([requests[i] for i in pending])} within the "
+                            f"batch deadline of {self.deadline:g}s (each try {self.timeout:g}s; "
+                            "the spec's deadline=SECONDS and timeout=SECONDS set them)"
+                        )
                 except _Behind as e:  # (a follower) sent again once the fleet has the version
+                    budget -= trio.current_time() - started
                     behind += 1
                     if behind >= self.attempts:
                         raise PolicyError(
@@ -545,6 +592,8 @@ class SGLangPolicy:
     def _lose(self, url: str, why: str, moved: int) -> None:
         self.lost_servers.append(url)
         self._lost_why[url] = why
+        if not self.live_servers:  # nothing goes anywhere: the caller's PolicyError says why
+            return
         self.requests_moved += moved
         log.warning(
             "SGLang server lost; its requests go to the others",
@@ -739,12 +788,14 @@ class SGLangPolicy:
     async def _request(
         self, client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any] | None
     ) -> httpx.Response:
+        limit = self.timeout if body is not None else min(self.timeout, _QUICK_TIMEOUT)
         try:
             if body is None:
-                return await client.get(url + path)
+                timeout = httpx.Timeout(limit, connect=min(10.0, limit))
+                return await client.get(url + path, timeout=timeout)
             return await client.post(url + path, json=body)
         except httpx.TimeoutException as e:
-            raise _Unreachable(f"timed out after {self.timeout:g}s ({type(e).__name__})") from e
+            raise _Unreachable(f"timed out after {limit:g}s ({type(e).__name__})") from e
         except httpx.TransportError as e:  # refused, reset, dropped mid-answer
             raise _Unreachable(f"{type(e).__name__}: {e}") from e
 
@@ -904,7 +955,16 @@ class SGLangPolicy:
 
 # -- the spec -----------------------------------------------------------------------------------
 
-_CLIENT_OPTIONS = ("seeds", "api-key-env", "wait", "constraint", "tokenizer")
+_CLIENT_OPTIONS = (
+    "seeds",
+    "api-key-env",
+    "wait",
+    "timeout",
+    "deadline",
+    "constraint",
+    "tokenizer",
+)
+_SECONDS_OPTIONS = ("wait", "timeout", "deadline")  # a finite number of seconds > 0 each
 _FLAG_ALIASES = {"dp": "--dp-size", "tp": "--tp-size"}
 _OWNED_FLAGS = ("--model-path", "--host", "--port", "--api-key")  # set by the launcher itself
 
@@ -918,6 +978,8 @@ class SGLangSpec(msgspec.Struct, frozen=True, kw_only=True):
     seeds: bool = True
     api_key_env: str = ""
     wait: float = 900.0
+    timeout: float = 120.0  # one attempt at one call
+    deadline: float = 600.0  # one batch in all
     constraint: Constraint = "regex"
     tokenizer: str = ""  # a local tokenizer directory (default: the one the server names)
 
@@ -980,14 +1042,16 @@ def parse_spec(arg: str) -> SGLangSpec:
     if seeds not in ("on", "off"):
         raise bad(f"seeds must be on or off, not {seeds!r}")
     fields["seeds"] = seeds == "on"
-    if "wait" in options:
-        wait = options.pop("wait")
+    for key in _SECONDS_OPTIONS:
+        if key not in options:
+            continue
+        text = options.pop(key)
         try:
-            fields["wait"] = float(wait)
+            fields[key] = float(text)
         except ValueError:
-            raise bad(f"wait must be a number of seconds, not {wait!r}") from None
-        if not (math.isfinite(fields["wait"]) and fields["wait"] > 0):
-            raise bad(f"wait must be a number of seconds > 0, not {wait!r}")
+            raise bad(f"{key} must be a number of seconds, not {text!r}") from None
+        if not (math.isfinite(fields[key]) and fields[key] > 0):
+            raise bad(f"{key} must be a number of seconds > 0, not {text!r}")
     if "api-key-env" in options:
         fields["api_key_env"] = options.pop("api-key-env")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", fields["api_key_env"]):
@@ -1035,6 +1099,8 @@ def policy_from_spec(arg: str, *, command: Sequence[str] | None = None) -> SGLan
         "seeded": spec.seeds,
         "api_key": api_key,
         "wait": spec.wait,
+        "timeout": spec.timeout,
+        "deadline": spec.deadline,
         "constraint": spec.constraint,
         "name": f"sglang:{arg}",
     }

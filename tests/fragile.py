@@ -284,3 +284,23 @@ class Refuses(World):
 
     def metrics(self) -> dict[str, float]:
         return {"count": self.count, "rang": self.rang}
+
+
+class Vast(Bumps):
+    """Says it takes a petabyte an agent, and fails if built: the memory guard must refuse it
+    from what it says, before building it."""
+
+    @classmethod
+    def footprint(cls, n_agents: int, **params: object) -> int:
+        return n_agents * 2**50
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        raise AssertionError("Vast was built although it said it cannot fit")
+
+
+class Unmeasured(Bumps):
+    """A footprint with a bug."""
+
+    @classmethod
+    def footprint(cls, n_agents: int, **params: object) -> int:
+        return n_agents // 0

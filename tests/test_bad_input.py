@@ -166,6 +166,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("max events 2^70", ["run", "tally", "--max-events", str(2**70)], 2, "max_events must be in"),
     ("10^12 agents", ["run", "workshop", "--agents", "1000000000000"], 2, "agents need at least"),
     ("10^9 modules", ["run", "workshop", "--param", "size=1000000000"], 2, "more memory than half"),
+    ("a world too big", ["run", f"{FRAGILE}:Vast"], 2, "the world needs at least 3.0 PiB"),
+    ("footprint raises", ["run", f"{FRAGILE}:Unmeasured"], 2, "footprint() raised ZeroDivision"),
     # -- run: outputs --------------------------------------------------------------------------
     ("out is a device", ["run", "tally", "--out", "/dev/full"], 2, "is a device"),
     ("out is /dev/null", ["run", "tally", "--out", "/dev/null"], 2, "is a device"),
@@ -756,6 +758,58 @@ def test_bad_input(
     if code == 2:
         assert err.count("\n") == 1, f"not one line: {err!r}"
         assert not newrun.exists(), "a failed start left a run directory behind"
+
+
+# Sizes the memory guard once let through and then could not finish (issue 26): each refused in
+# one line, before any work, by a real `collective` process given 8 GiB of address space, which
+# the guard reads as the memory there is (so the rows hold on any machine that runs the suite).
+TOO_BIG: list[tuple[str, list[str], str]] = [
+    (
+        "2.5M agents",
+        ["run", "workshop", "--agents", "2500000", "--time-limit", "3"],
+        "2,500,000 agents need at least",
+    ),
+    ("10^7 modules an agent", ["run", "workshop", "--param", "size=10000000"], "the world needs"),
+    (
+        "10^6 a group and in flight",
+        [*TRAIN, "--set", "group_size=1000000", "--set", "concurrency=1000000"],
+        "need at least",
+    ),
+    (
+        "10^6 a group",
+        [*TRAIN, "--set", "group_size=1000000"],
+        "held for the learner need at least",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"), [pytest.param(argv, frag, id=name) for name, argv, frag in TOO_BIG]
+)
+def test_sizes_that_cannot_fit_are_refused_before_any_work(
+    argv: list[str], fragment: str, env: dict[str, str]
+) -> None:
+    import resource
+
+    def eight_gib() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, resource.RLIM_INFINITY))
+
+    newrun = Path(env["newrun"])
+    shutil.rmtree(newrun, ignore_errors=True)
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [*CLI, *(a.format(**env) for a in argv)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=eight_gib,
+    )
+    took = time.monotonic() - t0
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert fragment in done.stderr and "more " in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert not newrun.exists(), "a refused start left a run directory behind"
+    assert took < 60, f"{took:.0f} s: it did work before refusing"  # seconds: the imports
 
 
 def test_every_case_is_its_own() -> None:

@@ -382,6 +382,100 @@ def test_a_timeout_is_retried_then_reported(fake):
     assert len(fake.posts("/generate")) == 2
 
 
+def test_a_batch_past_its_deadline_is_one_error_naming_the_server(fake):
+    fake.faults, fake.hang = ["hang"], 6.0  # it reads the request and sits on it
+    policy = client(fake.url, timeout=5.0, deadline=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(PolicyError) as e:
+        trio.run(policy.generate, requests(2, turn=3))
+    assert time.monotonic() - t0 < 3  # the deadline, not the 5 s try
+    message = str(e.value)
+    assert message.startswith(f"SGLang server(s) {fake.url} gave no answer for 2 request(s)")
+    assert "agent 1 turn 3" in message and "batch deadline of 0.5s" in message
+    assert "\n" not in message and len(fake.posts("/generate")) == 1
+
+
+def test_a_silent_fleet_server_is_lost_within_the_deadline_and_its_share_moved(fleet, fake):
+    """A server that reads a request and never answers uses up its tries and is lost before the
+    batch's deadline: the others answer its share, as the defaults (4 x 120 s < 600 s) intend."""
+    reqs = requests(6)
+    alone = trio.run(client(fake.url).generate, reqs)
+    fleet[1].faults, fleet[1].hang = ["hang", "hang"], 3.0
+    policy = client([s.url for s in fleet], timeout=0.3, attempts=2, deadline=10.0)
+    with structlog.testing.capture_logs() as logs:
+        shared = trio.run(policy.generate, reqs)
+    assert tokens(shared) == tokens(alone)
+    assert policy.lost_servers == [fleet[1].url] and policy.requests_moved == 2
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert "timed out after 0.3s" in warning["why"] and warning["servers_left"] == 2
+
+
+def test_losing_the_only_server_is_the_error_with_no_warning_before_it(fake):
+    policy = client(fake.url)
+    trio.run(policy.generate, requests(1))  # it was ready
+    fake.stop()
+    with (
+        structlog.testing.capture_logs() as logs,
+        pytest.raises(PolicyError, match=r"no server is left for 2 request.*ConnectError"),
+    ):
+        trio.run(policy.generate, requests(2))
+    assert [e for e in logs if e["log_level"] == "warning"] == []
+    assert policy.lost_servers == [fake.url] and policy.requests_moved == 0
+
+
+def _collective(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("collective")
+    return subprocess.run(
+        [str(exe), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_collective_run_against_a_socket_that_never_answers_ends_in_seconds():
+    """A real socket that accepts connections (the kernel's backlog) and never says a word:
+    `collective run` ends in one line naming the server, exit 2, after its tries of `timeout`
+    (it took 4 x 300 s before)."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        t0 = time.monotonic()
+        done = _collective(
+            *("run", "tally", "--agents", "2"),
+            *("--policy", f"sglang:{url} timeout=0.3 deadline=1"),
+        )
+        took = time.monotonic() - t0
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert f"SGLang server {url} cannot be reached (timed out after 0.3s" in done.stderr
+    assert took < 60  # 4 tries of 0.3 s, and the command's start on a loaded machine
+
+
+def test_collective_run_against_a_server_sitting_on_a_batch_ends_at_the_deadline(model_dir):
+    """A real server process that answers /health and its settings, then sits on /generate:
+    `collective run` ends at the spec's deadline (not its 60 s tries) in one line naming it."""
+    server = SGLangServer.launch(
+        model_dir,
+        args=["--enable-deterministic-inference", "--fake-decode-delay", "120"],
+        command=FAKE,
+    )
+    try:
+        t0 = time.monotonic()
+        done = _collective(
+            *("run", "tally", "--agents", "2"),
+            *("--policy", f"sglang:{server.url} timeout=60 deadline=1"),
+        )
+        took = time.monotonic() - t0
+    finally:
+        server.stop()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert f"SGLang server(s) {server.url} gave no answer for" in done.stderr
+    assert "batch deadline of 1s" in done.stderr and "servers_left" not in done.stderr
+    assert took < 60  # 1 s, and the command's start on a loaded machine
+
+
 def test_an_aborted_prompt_is_sent_again_alone(fake):
     fake.faults = ["abort-first"]
     out = trio.run(client(fake.url).generate, requests(3))
@@ -705,11 +799,14 @@ def test_three_server_processes_split_update_and_survive_a_kill(model_dir, fake,
     [
         ("http://a:1", {"urls": ("http://a:1",)}),
         (
-            "http://a:1,https://b:2 seeds=off wait=30 api-key-env=KEY constraint=ebnf tokenizer=t",
+            "http://a:1,https://b:2 seeds=off wait=30 api-key-env=KEY constraint=ebnf tokenizer=t"
+            " timeout=2.5 deadline=40",
             {
                 "urls": ("http://a:1", "https://b:2"),
                 "seeds": False,
                 "wait": 30.0,
+                "timeout": 2.5,
+                "deadline": 40.0,
                 "api_key_env": "KEY",
                 "constraint": "ebnf",
                 "tokenizer": "t",
@@ -750,6 +847,10 @@ def test_specs_parse(arg, fields):
         ("http://a:1 seeds=maybe", "seeds must be on or off"),
         ("http://a:1 wait=soon", "wait must be a number of seconds, not 'soon'"),
         ("http://a:1 wait=0", "wait must be a number of seconds > 0"),
+        ("http://a:1 timeout=-1", "timeout must be a number of seconds > 0, not '-1'"),
+        ("http://a:1 timeout=nan", "timeout must be a number of seconds > 0"),
+        ("http://a:1 deadline=inf", "deadline must be a number of seconds > 0, not 'inf'"),
+        ("http://a:1 deadline=soon", "deadline must be a number of seconds, not 'soon'"),
         ("http://a:1 api-key-env=my-key", "is not an environment variable name"),
         ("launch:m --enable-torch-compile", "is not OPTION=VALUE"),
         ("launch:m port=8", "--port is set by the launcher"),
@@ -763,6 +864,16 @@ def test_bad_specs_are_one_line_errors(arg, why):
         parse_spec(arg)
     assert str(e.value).startswith(f"policy sglang:{arg}: ") and why in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_the_spec_sets_the_client_time_bounds_and_defaults_suit_a_fleet():
+    policy = make_policy("sglang:http://127.0.0.1:1 timeout=7 deadline=9 wait=11")
+    assert (policy.timeout, policy.deadline, policy.wait) == (7.0, 9.0, 11.0)
+    assert policy.follower_args()["deadline"] == 9.0  # a Ray worker's client has the same
+    default = make_policy("sglang:http://127.0.0.1:1")
+    # a silent server uses up its tries (with their backoff) before the batch's deadline ends
+    tries = default.attempts * default.timeout + default.backoff * (2 ** (default.attempts - 1) - 1)
+    assert tries < default.deadline <= 600
 
 
 def test_bad_arguments_are_refused_early(tmp_path):
