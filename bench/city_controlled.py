@@ -589,6 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "village_training": None if train_s is None else round(train_s, 1),
         "cells": round(sum(c["wall_seconds"] for c in cells.values()), 1),
     }
+    if a.summarise_only and (a.out / "summary.json").exists():  # keep the run's own times
+        summary["wall_seconds"] = json.loads((a.out / "summary.json").read_text())["wall_seconds"]
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, a.out, agents)
     (a.out / "tables.md").write_text(tables(summary, agents) + "\n")
