@@ -73,6 +73,7 @@ from collective.config import TrainConfig  # noqa: E402
 from collective.intervals import MISSING, Interval, claim_p, holm, seed_interval  # noqa: E402
 from collective.signs import signs  # noqa: E402
 from collective.study import score_at  # noqa: E402
+from collective.train import read_metrics  # noqa: E402
 from policy.base import PolicyRequest  # noqa: E402
 from policy.scripted import ScriptedPolicy  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
@@ -572,25 +573,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"city_controlled: --summarise-only needs {path}", file=sys.stderr)
             return 2
         cells = json.loads(path.read_text())["cells"]
-        train_s = None
     else:
         cfg = village_config(a.steps)
         run = a.runs / "village-s0"
         what = train_exact(cfg, run, log=lambda s: print(s, flush=True))
-        train_s = time.perf_counter() - t0
-        print(f"[village] {what} in {train_s:.0f} s", flush=True)
+        print(f"[village] {what} in {time.perf_counter() - t0:.0f} s", flush=True)
         cells = run_cells(
             run / "checkpoints" / "latest.pt", a.out, agents, CONDITIONS, POLICIES, a.instances
         )
     summary = summarise(cells, agents)
     summary["agents"], summary["instances"] = agents, a.instances
-    summary["wall_seconds"] = {
-        "this_invocation": round(time.perf_counter() - t0, 1),
-        "village_training": None if train_s is None else round(train_s, 1),
+    metrics = a.runs / "village-s0" / "metrics.jsonl"
+    summary["wall_seconds"] = {  # the run's and the cells' own, whichever invocation made them
+        "village_training": round(read_metrics(metrics.parent)[-1].wall_time, 1)
+        if metrics.exists()
+        else None,
         "cells": round(sum(c["wall_seconds"] for c in cells.values()), 1),
     }
-    if a.summarise_only and (a.out / "summary.json").exists():  # keep the run's own times
-        summary["wall_seconds"] = json.loads((a.out / "summary.json").read_text())["wall_seconds"]
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, a.out, agents)
     (a.out / "tables.md").write_text(tables(summary, agents) + "\n")
