@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,8 +87,9 @@ def train_exact(cfg: TrainConfig, run: Path, log: Callable[[str], None] = print)
             (run / "config.digest").write_text(want + "\n")
             return "resumed"
         aside = run.with_name(f"{run.name}.stale-{(have or 'none')[:12]}")
-        if aside.exists():
-            shutil.rmtree(aside)
+        k = 1
+        while aside.exists():  # an older copy of the same config kept aside: keep both
+            aside, k = run.with_name(f"{run.name}.stale-{(have or 'none')[:12]}-{k}"), k + 1
         run.rename(aside)
         log(
             f"[{run.name}] config changed ({(have or 'none')[:12]} -> {want[:12]}): moved to "
