@@ -1,24 +1,32 @@
-"""Bit-exact reruns of a training run: the README's main job (``configs/quick.toml``) three times.
+"""Bit-exact reruns of a training run: the README's main job (``configs/quick.toml``) three times,
+each on a loaded machine.
 
 1. **twice**: two uninterrupted runs of the same config;
 2. **killed twice**: a third run killed with SIGKILL (no cleanup runs) once its ``metrics.jsonl``
    has ``--kill-at`` steps, resumed with ``collective train --resume``, killed again at the
    second mark, and resumed to the end.
 
+Every run (and each part of the killed one) competes with ``--hogs`` CPU hogs (processes that
+spin on a core) started at another moment each time (``LOADS``: their delay and whether
+``OMP_NUM_THREADS`` is set), so the rollouts' batches, the learner's pace and the threads'
+interleaving differ from run to run, and so does Python's hash seed (each run a new process).
+
 All three must write the same ``metrics.jsonl`` apart from the wall-clock fields (``WALL_CLOCK``:
 how long things took and how requests happened to be batched) and the same episode files, byte
-for byte. What makes that hold on any x86 CPU is the tiny policy's sampler
-(``policy.tiny.invariant``): a request's tokens and logprobs do not depend on what shares its
-batch, and how requests are batched is all that the wall clock decides.
+for byte. What makes that hold is the tiny policy's sampler (``policy.tiny.invariant``): a
+request's tokens and logprobs do not depend on what shares its batch, and how requests are
+batched is all that the wall clock decides; and one instruction set on every x86 CPU
+(``collective.ISA``), so that another machine's run is this one's too.
 
 Prints the verdict and saves ``rerun.json`` (``--out``); exits 1 on any difference. Run from the
-repository root: ``python bench/rerun.py [--set steps=12 ...]`` (about three times the main
-job's time: run it when the CPU is not shared with other measurements).
+repository root: ``python bench/rerun.py [--set steps=12 ...] [--hogs 2]`` (three times the main
+job's time and more: its hogs slow it down).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,8 +45,37 @@ WALL_CLOCK = frozenset(
 )
 
 
+#: Each run's competition: when its hogs start (seconds after it) and OMP_NUM_THREADS (None:
+#: unset), the killed run's three parts in turn.
+LOADS: dict[str, tuple[float, str | None]] = {
+    "first": (0.0, None),
+    "second": (7.5, "1"),
+    "killed": (2.0, None),
+    "resumed": (0.5, "1"),
+    "resumed again": (4.0, None),
+}
+
+
 def collective(*args: str) -> list[str]:
     return [sys.executable, "-m", "collective.cli", *args]
+
+
+@contextlib.contextmanager
+def loaded(hogs: int, delay: float, omp: str | None) -> Iterator[dict[str, str]]:
+    """``hogs`` processes that each spin on a core, started ``delay`` seconds from now and
+    stopped on leaving; yields the environment for the run beside them (``OMP_NUM_THREADS``
+    set to ``omp``, or unset)."""
+    spin = f"import time\ntime.sleep({delay})\nwhile True:\n    pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(hogs)]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if omp is not None:
+        env["OMP_NUM_THREADS"] = omp
+    try:
+        yield env
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def steps_written(run: Path) -> int:
@@ -45,9 +83,9 @@ def steps_written(run: Path) -> int:
     return metrics.read_text().count("\n") if metrics.exists() else 0
 
 
-def kill_at(argv: list[str], run: Path, steps: int) -> None:
+def kill_at(argv: list[str], run: Path, steps: int, env: dict[str, str] | None = None) -> None:
     """Run ``argv`` and SIGKILL it once ``run`` has ``steps`` metrics lines."""
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
     while steps_written(run) < steps:
         if proc.poll() is not None:
             raise SystemExit(f"the run ended (exit {proc.returncode}) before step {steps}")
@@ -87,6 +125,7 @@ def main() -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--kill-at", default="7,23", help="the steps after which to kill (two)")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--hogs", type=int, default=2, help="CPU hogs beside every run (0: none)")
     a = p.parse_args()
     first, second = (int(x) for x in a.kill_at.split(","))
     sets = [x for kv in [*a.set, "plots=false"] for x in ("--set", kv)]
@@ -96,13 +135,18 @@ def main() -> int:
         for name in ("first", "second"):
             print(f"run {name}", flush=True)
             argv = collective("train", str(a.config), "--out", str(runs[name]), *sets)
-            subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            with loaded(a.hogs, *LOADS[name]) as env:
+                subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
         print("run killed twice", flush=True)
         killed = runs["killed"]
-        kill_at(collective("train", str(a.config), "--out", str(killed), *sets), killed, first)
-        kill_at(collective("train", "--resume", str(killed)), killed, second)
+        with loaded(a.hogs, *LOADS["killed"]) as env:
+            start = collective("train", str(a.config), "--out", str(killed), *sets)
+            kill_at(start, killed, first, env)
+        with loaded(a.hogs, *LOADS["resumed"]) as env:
+            kill_at(collective("train", "--resume", str(killed)), killed, second, env)
         resume = collective("train", "--resume", str(killed), "--quiet")
-        subprocess.run(resume, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        with loaded(a.hogs, *LOADS["resumed again"]) as env:
+            subprocess.run(resume, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
         rerun = differences(runs["first"], runs["second"])
         resumed = differences(runs["first"], killed)
         result = {
@@ -111,6 +155,8 @@ def main() -> int:
             "steps": len(comparable(runs["first"])),
             "episodes": len(list((runs["first"] / "episodes").glob("*.msgpack"))),
             "killed_after_steps": [first, second],
+            "hogs": a.hogs,
+            "loads": {k: {"hogs_after_s": d, "OMP_NUM_THREADS": o} for k, (d, o) in LOADS.items()},
             "rerun_differences": rerun[:20],
             "killed_twice_differences": resumed[:20],
             "fields_compared": sorted(comparable(runs["first"])[0]),
@@ -118,6 +164,7 @@ def main() -> int:
             "last_step": json.loads((runs["first"] / "metrics.jsonl").read_text().splitlines()[-1]),
             "seconds": round(time.monotonic() - started, 1),
             "cpu": os.uname().machine,
+            "load_average_after": os.getloadavg()[0],
         }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "rerun.json").write_text(json.dumps(result, indent=1) + "\n")

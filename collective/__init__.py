@@ -13,7 +13,19 @@ The names below are imported on first use (PEP 562), so importing one submodule,
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# One instruction set on every x86 CPU, set before anything of ours imports torch. torch's own
+# kernels (ATen), MKL and oneDNN each pick their vector code by the CPU: on one with AVX-512 they
+# round a layer norm, a softmax or a gradient otherwise than on one with AVX2 only, so the tiny
+# sampler's float32 prefill and the learner's float32 steps, hence a training run's figures,
+# depended on the machine (measured: one learner step of the main job, other weights; a
+# sampled logprob, another 7th digit). AVX2 is on every x86 CPU of the last decade and, on this
+# machine's AVX-512, no slower here. A variable already set is the user's choice, and kept.
+ISA = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+for _name, _value in ISA.items():
+    os.environ.setdefault(_name, _value)
 
 if TYPE_CHECKING:
     from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action

@@ -336,6 +336,12 @@ def _train(
     # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and
     # a reduction's order (hence its last bits) cannot depend on how the two happen to overlap.
     torch.set_num_threads(1)
+    if (isa := torch.backends.cpu.get_cpu_capability()) != "AVX2":  # (collective.ISA pins it)
+        print(
+            f"note: torch runs its {isa} kernels, not AVX2 (ATEN_CPU_CAPABILITY is set, or this "
+            "CPU has no AVX2): the run's figures are those of such machines",
+            file=sys.stderr,
+        )
     backend = make_backend(cfg, run.path)
     try:
         with memory_cap():

@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Deadlines that scale with the machine's load (tests/busy.py): the hooks, and ``scaled`` for a
+# test's own waits.
+from busy import pytest_report_header, pytest_runtest_protocol, scaled  # noqa: F401
 from hypothesis import settings
 
 # A test stopped by pytest-timeout inside trio.run must not break the tests after it.
@@ -63,7 +67,7 @@ def ctrl_c_everywhere(*args: str, timeout: float) -> str:
         [sys.executable, str(Path(__file__).with_name("ctrl_c_everywhere.py")), *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done.stdout

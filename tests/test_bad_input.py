@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import CLI_AT_A_TERMINAL, ctrl_c_everywhere
+from conftest import CLI_AT_A_TERMINAL, ctrl_c_everywhere, scaled
 from hostile import seal, seal_parts
 
 from collective import EpisodeConfig, run_episode, save_episode
@@ -849,12 +849,12 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
         env=env,
     )
     metrics = run / "metrics.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=scaled(120))
     assert "rlcr: 100%" not in err, "the run ended before it could be interrupted"
     assert proc.returncode == 130, err
     assert "Traceback" not in err
@@ -868,10 +868,12 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
         [*CLI, "train", "--resume", str(run), "--quiet"], stdout=subprocess.DEVNULL, env=env
     )
     while metrics.read_text().count("\n") <= step:
-        assert resumed.poll() is None and time.monotonic() < deadline + 120, "ended too soon"
+        assert resumed.poll() is None and time.monotonic() < deadline + scaled(120), (
+            "ended too soon"
+        )
         time.sleep(0.05)
     resumed.kill()  # kill -9: no cleanup runs
-    assert resumed.wait(30) == -signal.SIGKILL
+    assert resumed.wait(scaled(30)) == -signal.SIGKILL
     assert step < len(read_metrics(run)) < 8
     done = subprocess.run(
         [*CLI, "train", "--resume", str(run), "--quiet"],

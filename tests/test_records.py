@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from conftest import scaled
 from hostile import as_parts, seal_parts
 
 from collective import (
@@ -101,7 +102,7 @@ def test_a_run_killed_midway_leaves_nothing_that_loads(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "collective.cli", "run", "workshop", "--agents", "2000"]
     proc = subprocess.Popen([*cmd, "--time-limit", "3600", "--out", str(out)])
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         partial: list[Path] = []
         while time.monotonic() < deadline and proc.poll() is None:
             partial = [p for p in tmp_path.glob(".ep.msgpack.*.tmp") if p.stat().st_size > 4096]

@@ -29,6 +29,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import trio
+from conftest import scaled
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -637,7 +638,7 @@ def test_a_killed_runs_folders_and_processes_are_removed_at_the_next_start() -> 
     )
     assert engine.stdout is not None
     folder = Path(engine.stdout.readline().strip())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while not survivors(folder) and time.monotonic() < deadline:  # its sandboxed run started
         time.sleep(0.05)
     assert survivors(folder), "the sandboxed run never started"
@@ -648,7 +649,7 @@ def test_a_killed_runs_folders_and_processes_are_removed_at_the_next_start() -> 
         assert folder.is_dir() and survivors(folder), "what a kill -9 leaves"
         removed = sweep("collective-repo-")
         assert folder in removed and not folder.exists()
-        deadline = time.monotonic() + 10  # SIGKILL is delivered, not awaited: on a busy
+        deadline = time.monotonic() + scaled(10)  # SIGKILL is delivered, not awaited: on a busy
         while survivors(folder) and time.monotonic() < deadline:  # machine it takes a moment
             time.sleep(0.05)
         assert survivors(folder) == []

@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+from conftest import scaled
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -107,6 +108,33 @@ def test_the_main_job_reruns_bit_exact_whatever_the_batching(tmp_path: Path) -> 
     assert len(names) >= 8 and names == sorted(p.name for p in (b / "episodes").glob("*.msgpack"))
     for name in names:
         assert (a / "episodes" / name).read_bytes() == (b / "episodes" / name).read_bytes(), name
+
+
+@pytest.mark.heavy
+def test_the_main_job_reruns_bit_exact_on_a_loaded_machine(tmp_path: Path) -> None:
+    """The README's main job (shortened) twice, each beside a CPU hog started at another moment,
+    once with ``OMP_NUM_THREADS`` unset and once set to 1 (and each a new process, so another
+    hash seed): every metric but the wall-clock ones the same, every episode file the same bytes
+    (``bench/rerun.py`` does the same with the whole job, and a run killed twice)."""
+    from bench.rerun import differences, loaded
+
+    short = ("steps=3", "groups_per_step=2", "group_size=2", "max_output_tokens=12")
+    quick = [sys.executable, "-m", "collective.cli", "train", str(ROOT / "configs" / "quick.toml")]
+    for run, delay, omp in ((tmp_path / "a", 0.0, None), (tmp_path / "b", 1.5, "1")):
+        with loaded(1, delay, omp) as env:
+            subprocess.run(
+                [*quick, "--out", str(run), "--quiet", "--set=plots=false"]
+                + [f"--set={kv}" for kv in short],
+                env=env,
+                capture_output=True,
+                timeout=scaled(600),
+                check=True,
+            )
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert len(_comparable(a)) == 3
+    assert len(list((a / "episodes").glob("*.msgpack"))) >= 12
+    differ = differences(a, b)
+    assert not differ, f"{len(differ)} differences: {differ[:8]}"
 
 
 def test_resume_continues_from_the_checkpoint_and_the_episodes_after_it(tmp_path: Path) -> None:

@@ -8,6 +8,14 @@ failure leaves that generator suspended and trio's global run context set: every
 when the abandoned generator is finally collected it clears the run context of whatever run is
 live then. After each test, this plugin finds any ``trio.run`` frame in the failure's traceback
 and closes its generator, so trio's own cleanup runs at once, in order.
+
+Before closing it, the run is marked finished for other threads: a worker thread the run
+abandoned (``trio.to_thread.run_sync(..., abandon_on_cancel=True)``, as the Ray rollouts' streams
+are) may still call back into it. trio marks a run finished only when its entry-queue task ends,
+which an abandoned run never reaches; without the mark such a call writes to the run's closed
+wakeup socket and trio prints ``OSError: [Errno 9] Bad file descriptor`` from the thread, long
+after the test (with the mark the thread gets ``trio.RunFinishedError``, which trio's thread
+machinery expects and ignores).
 """
 
 from __future__ import annotations
@@ -49,7 +57,12 @@ def close_abandoned_runs(exc: BaseException) -> int:
         gen = frame.f_locals.get("gen")
         if not isinstance(gen, types.GeneratorType) or gen.gi_frame is None:
             continue
-        tasks = list(getattr(frame.f_locals.get("runner"), "tasks", ()))
+        runner = frame.f_locals.get("runner")
+        queue = getattr(runner, "entry_queue", None)
+        if queue is not None:  # (the module docstring: threads calling back now get told)
+            with queue.lock:
+                queue.done = True
+        tasks = list(getattr(runner, "tasks", ()))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # "guest run got abandoned": yes
             gen.close()
