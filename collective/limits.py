@@ -162,12 +162,12 @@ def memory_cap() -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def check_training(cfg: TrainConfig) -> None:
+def check_training(cfg: TrainConfig, cls: type[World]) -> None:
     """ValueError if a training run cannot hold what it will: the episodes in flight (each its
-    team's agents and its world) and the finished ones a step keeps whole for the learner, up to
-    ``lag + 1`` steps of ``groups_per_step x group_size`` (an episode of a later step waits for
-    its weights' step to be learned from)."""
-    from collective.registry import resolve_world
+    team's agents and its world, ``cls`` the resolved ``cfg.world``: the caller resolves it, as
+    this module sits below the registry) and the finished ones a step keeps whole for the
+    learner, up to ``lag + 1`` steps of ``groups_per_step x group_size`` (an episode of a later
+    step waits for its weights' step to be learned from)."""
     from collective.world import convert_params
 
     largest = max(cfg.team_sizes)
@@ -175,7 +175,6 @@ def check_training(cfg: TrainConfig) -> None:
     held = (cfg.lag + 1) * cfg.groups_per_step * cfg.group_size
     live = min(cfg.concurrency, held)
     team = sum(cfg.team_sizes) / len(cfg.team_sizes)  # team sizes are cycled over the groups
-    cls = resolve_world(cfg.world)
     world = world_footprint(cls, largest, convert_params(cls, cfg.params, cfg.world), cfg.world)
     check_fits(
         f"training: {live:,} episodes in flight and {held:,} held for the learner",

@@ -41,7 +41,7 @@ from collective.limits import check_training, memory_cap
 from collective.loggers import check_logger, open_logger
 from collective.organisation import make_organisation
 from collective.records import Episode, Spawned
-from collective.registry import check_runnable
+from collective.registry import check_runnable, resolve_world
 from collective.rollouts import LocalRollouts, Rollouts, team_config, team_size
 from collective.rundir import (
     TEAM_BUCKETS,
@@ -262,7 +262,7 @@ def validate(cfg: TrainConfig) -> None:
     """Everything a run needs that can be checked without running it: every team size's
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
-    check_training(cfg)
+    check_training(cfg, resolve_world(cfg.world))
     first_group = {team: g for g, team in reversed(list(enumerate(cfg.team_sizes)))}
     for g in sorted(first_group.values()):
         check_runnable(team_config(cfg, g, 0, 0))
