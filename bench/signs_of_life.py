@@ -63,6 +63,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.resumable import (  # noqa: E402
+    digest,
+    file_digest,
+    is_complete,
+    run_digest,
+    store,
+    stored_digest,
+    train_digest,
+    train_exact,
+)
 from collective import (  # noqa: E402
     Episode,
     EpisodeConfig,
@@ -81,7 +91,7 @@ from collective.intervals import (  # noqa: E402
 )
 from collective.records import load_episode  # noqa: E402
 from collective.signs import signs  # noqa: E402
-from collective.train import TrainConfig, bucket, load_config, read_metrics, train  # noqa: E402
+from collective.train import TrainConfig, bucket, load_config, read_metrics  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
 from policy.uniform import RandomPolicy  # noqa: E402
 
@@ -140,16 +150,19 @@ ORGS = ("flat", "orchestrator", "islands")  # runs whose baselines need their ow
 
 
 def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
-    """Train (or finish) run ``name`` with training seed ``seed`` (TrainConfig gives the model
-    the same seed, so each seed starts from its own initial weights)."""
+    """Train (or finish, or re-use) run ``name`` with training seed ``seed`` (TrainConfig gives
+    the model the same seed, so each seed starts from its own initial weights). A run is
+    re-used only when its config digest (the full resolved config) matches, resumed when it
+    matches but stopped midway, and trained afresh when it differs (bench/resumable.py)."""
     cfg = TrainConfig(**{**fields, "seed": seed})
     run = out / "runs" / f"{name}-s{seed}"
-    if (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= cfg.steps:
-        print(f"[{run.name}] already complete", flush=True)
-        return run
     t1 = time.perf_counter()
-    train(cfg, run, resume=(run / "config.toml").exists(), progress=False)
-    print(f"[{run.name}] {cfg.steps} steps in {time.perf_counter() - t1:.0f} s", flush=True)
+    what = train_exact(cfg, run, log=lambda s: print(s, flush=True))
+    if what != "reused":
+        print(
+            f"[{run.name}] {what}: {cfg.steps} steps in {time.perf_counter() - t1:.0f} s",
+            flush=True,
+        )
     return run
 
 
@@ -445,53 +458,73 @@ def measure_all(
     out: Path, runs: dict[str, list[Path]], n: int, jobs: int, forward: tuple[str, ...]
 ) -> dict[str, dict[str, Any]]:
     """Every measurement, seed by seed, in this process (``jobs`` 1) or ``jobs`` child
-    processes at a time (``--measure-one``, each writing ``OUT/measured/<part>.npz``). Each part
-    is a function of one run's weights and the instances alone, so where it ran changes
-    nothing."""
+    processes at a time (``--measure-one``), each part written to ``OUT/measured/<part>.npz``
+    with its digest beside it (:func:`measure_key`). A part whose stored digest matches is
+    re-used, any other measured again: each is a function of one run's weights and the
+    instances alone, so where or when it ran changes nothing."""
     todo = [part for job in measurements(runs) for part in parts(job, runs)]
+    keys = {part: measure_key(out, part, n) for part in todo}
+    missing = [p for p in todo if stored_digest(measured_file(out, p, n)) != keys[p][0]]
     t0 = time.perf_counter()
 
     def done(k: int, what: str) -> None:
         print(
-            f"[measure {k}/{len(todo)}] {what} ({(time.perf_counter() - t0) / 60:.1f} min, "
+            f"[measure {k}/{len(missing)}] {what} ({(time.perf_counter() - t0) / 60:.1f} min, "
             f"{_cpu() / 60:.1f} CPU min so far)",
             flush=True,
         )
 
-    got: dict[str, dict[str, Any]] = {}
+    if len(missing) < len(todo):
+        print(f"[measure] {len(todo) - len(missing)} of {len(todo)} re-used (digests match)")
     if jobs <= 1:
-        for k, part in enumerate(todo, 1):
-            got[part] = measure(runs, part, n)
+        for k, part in enumerate(missing, 1):
+            store(measured_file(out, part, n), *keys[part], measure(runs, part, n), _save_npz)
             done(k, part)
     else:
-        missing = [part for part in todo if not measured_file(out, part, n).exists()]
-        if len(missing) < len(todo):  # kept from an interrupted run of the same runs
-            print(f"[measure] {len(todo) - len(missing)} of {len(todo)} already measured")
         args = ["--out", str(out), *forward]
         pool([(part, ["--measure-one", part, *args]) for part in missing], jobs, done)
-        for part in todo:
-            with np.load(measured_file(out, part, n)) as z:
-                got[part] = {k: z[k] for k in z.files}
+    got = {part: _load_npz(measured_file(out, part, n)) for part in todo}
     return {job: stack([got[p] for p in parts(job, runs)]) for job in measurements(runs)}
 
 
 # bump when what a measurement computes changes (2: episodes in config order; 3: landed work,
-# message and post tokens per agent-second)
-MEASURE_VERSION = 3
+# message and post tokens per agent-second; 4: re-used by digest)
+MEASURE_VERSION = 4
 
 
 def measured_file(out: Path, part: str, n: int) -> Path:
-    """Where a child leaves a measurement's part, named by what it is a function of: the
-    instances it covers, the steps its run had finished (a resumed or retrained run's old
-    measurements are not reused) and the measurement's version."""
+    """Where a measurement's part is kept (its digest beside it, ``.digest.json``)."""
+    return out / "measured" / f"{part.replace('|', '-').replace('#', '-seed')}-n{n}.npz"
+
+
+def measure_key(out: Path, part: str, n: int) -> tuple[str, dict[str, Any]]:
+    """The digest of a measurement's part and the settings it covers: the measured run's
+    config digest, the trained checkpoint's bytes (for the trained policy), the part, its
+    instances, the protocol's constants and MEASURE_VERSION. A retrained, resumed or
+    reconfigured run, or a changed protocol, never re-uses an old measurement."""
     job, seed = part.rsplit("#", 1)
-    variant = job.split("|")[0]
-    metrics = (
-        out / "runs" / f"{'main' if variant == 'latency' else variant}-s{seed}" / "metrics.jsonl"
-    )
-    steps = len(metrics.read_text().splitlines()) if metrics.exists() else 0
-    name = part.replace("|", "-").replace("#", "-seed")
-    return out / "measured" / f"{name}-n{n}-steps{steps}-v{MEASURE_VERSION}.npz"
+    variant, kind = job.split("|")[:2]
+    run = out / "runs" / f"{'main' if variant == 'latency' else variant}-s{seed}"
+    ckpt = run / "checkpoints" / "latest.pt"
+    settings = {
+        "part": part,
+        "instances": n,
+        "run": run.name,
+        "run_digest": run_digest(run),
+        "checkpoint": file_digest(ckpt) if kind == "trained" and ckpt.is_file() else None,
+        "protocol": {"eval_t": EVAL_T, "horizon": HORIZON, "loose": LOOSE, "team": 8},
+        "measure_version": MEASURE_VERSION,
+    }
+    return digest("measure", settings), settings
+
+
+def _save_npz(path: Path, result: dict[str, Any]) -> None:
+    np.savez(path, **result)
+
+
+def _load_npz(path: Path) -> dict[str, Any]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
 
 
 # -- 3. performance against latency --------------------------------------------------------------
@@ -878,20 +911,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.measure_one:  # one measurement, for measure_all's parallel jobs
         runs = {k: [a.out / "runs" / f"{k}-s{s}" for s in seeds] for k in specs}
         path = measured_file(a.out, a.measure_one, n)
-        path.parent.mkdir(exist_ok=True)
-        part = path.with_name(path.name + ".part.npz")
-        np.savez(part, **measure(runs, a.measure_one, n))
-        part.rename(path)  # whole or absent: a rerun measures again what an interrupt cut
+        key, settings = measure_key(a.out, a.measure_one, n)
+        store(path, key, settings, measure(runs, a.measure_one, n), _save_npz)
         return 0
     if a.complete_only:
         runs = {}
         for name, fields in specs.items():
-            done = [
-                a.out / "runs" / f"{name}-s{s}"
-                for s in seeds
-                if (a.out / "runs" / f"{name}-s{s}" / "metrics.jsonl").exists()
-                and len(read_metrics(a.out / "runs" / f"{name}-s{s}")) >= fields["steps"]
-            ]
+            done = []
+            for s in seeds:
+                run, cfg = a.out / "runs" / f"{name}-s{s}", TrainConfig(**{**fields, "seed": s})
+                if run_digest(run) == train_digest(cfg) and is_complete(run, cfg):
+                    done.append(run)  # finished with exactly this config
             if done:
                 runs[name] = done
         if "main" not in runs:
