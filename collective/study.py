@@ -3,9 +3,10 @@
 ``collective study scale CHECKPOINT --world W --agents 1,2,4,...,4096`` runs the trained
 policy, the same network untrained, and the random policy at every agent count, with several
 seeds, and reports per count what carries over and what breaks: score at fixed time limits,
-time to reach given scores, useful work per agent, the duplicate-work rate, messages per agent
-and per channel, mailbox overflow and the mean policy batch size. Worlds scale their task with
-the agent count by their own knobs (workshop: ``size`` modules per agent; ``--param
+time to reach given scores, useful work per agent (the output tokens of world tool calls that
+landed, ``collective.signs``: a refused call is not work), the duplicate-work rate, messages
+per agent and per channel, mailbox overflow and the mean policy batch size. Worlds scale their
+task with the agent count by their own knobs (workshop: ``size`` modules per agent; ``--param
 modules=N`` fixes the task instead).
 """
 
@@ -25,6 +26,7 @@ from collective.conductor import Conductor
 from collective.config import ClusterConfig
 from collective.latency import latency_preset
 from collective.records import Dropped, Episode, EpisodeConfig, Posted
+from collective.signs import signs
 from policy.base import Policy
 
 
@@ -54,7 +56,7 @@ class ScaleRow(msgspec.Struct, kw_only=True):
     score_at: dict[str, float]  # at each fixed limit
     time_to: dict[str, float | None]  # mean time to reach each target (None: no seed did)
     reached: dict[str, float]  # fraction of seeds that reached each target
-    useful_per_agent: float  # output tokens of world actions per agent
+    useful_per_agent: float  # output tokens of world calls that landed, per agent taking part
     world_actions_per_agent: float
     duplicate_rate: float  # duplicated world actions / world actions (if the world counts them)
     messages_per_agent: float
@@ -144,7 +146,7 @@ def cell(cfg: ScaleConfig, name: str, policy: Policy, n: int) -> ScaleRow:
             for k, v in times.items()
         },
         reached={k: sum(t is not None for t in v) / len(v) for k, v in times.items()},
-        useful_per_agent=float(np.mean([e.stats.world_tokens / n for e in eps])),
+        useful_per_agent=float(np.mean([signs(e).landed_per_agent for e in eps])),
         world_actions_per_agent=float(np.mean(world_acts)) / n,
         duplicate_rate=float(
             np.mean(
@@ -230,7 +232,7 @@ def write(cfg: ScaleConfig, rows: Sequence[ScaleRow], out: Path, plots: bool) ->
 
 PANELS = (
     ("score", "score at the horizon"),
-    ("useful_per_agent", "useful tokens per agent"),
+    ("useful_per_agent", "landed work tokens per agent"),
     ("duplicate_rate", "duplicated work / world actions"),
     ("messages_per_agent", "messages per agent"),
     ("posts_per_channel", "posts per channel"),

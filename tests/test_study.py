@@ -7,6 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import trio
+
+from collective import Conductor, EpisodeConfig, latency_preset
+from collective.signs import signs
+from collective.study import ScaleConfig, cell
+from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint
 
 
@@ -53,3 +59,37 @@ def test_scale_study_smoke(tmp_path: Path) -> None:
     one = next(row for row in rows if row["agents"] == 16 and row["policy"] == "random")
     assert one["batch_largest"] >= 16 * 2, "all agents of both seeds think at t=0: one batch"
     assert (out / "scale.png").stat().st_size > 10_000
+
+
+def test_useful_work_is_the_work_that_landed() -> None:
+    """useful_per_agent counts world calls that landed, not those begun: on a workshop where
+    every module needs a key only agent 0 holds, agent 1's every attempt is refused."""
+    cfg = ScaleConfig(
+        checkpoint="",
+        params={"knowledge": 1.0, "holders": "first", "modules": 12},
+        seeds=2,
+        horizon=60.0,
+        policies=("random",),
+    )
+    script = ScriptedPolicy(lambda r: "work 1", name="work")
+    row = cell(cfg, "work", script, 2)
+    configs = [
+        EpisodeConfig(
+            world="workshop",
+            params=dict(cfg.params),
+            agents=2,
+            world_seed=s,
+            sample_seed=s,
+            time_limit=60.0,
+            latency=latency_preset("tiny"),
+            max_output_tokens=24,
+            policy="work",
+            keep_prompts=False,
+        )
+        for s in range(2)
+    ]
+    eps = trio.run(lambda: Conductor(script).play(configs, concurrency=2))
+    landed = [signs(e) for e in eps]
+    assert all(s.refused_units > 0 and s.landed_units > 0 for s in landed)
+    assert row.useful_per_agent == sum(s.landed_tokens / 2 for s in landed) / 2
+    assert row.useful_per_agent < sum(e.stats.world_tokens / 2 for e in eps) / 2
