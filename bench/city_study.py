@@ -27,12 +27,14 @@ lacking a key waits until it knows it.
         --conditions flat,keys_public,islands --policies trained,untrained
     PYTHONPATH=$PWD python bench/city_study.py --summarise-only
 
-writes ``bench/results/city/causal/{city,summary}.json`` and ``{scores,keys}.png``; cells already in
-``city.json`` are kept (a stopped run resumes). A checkpoint's cells are named by its training
-seed (``trained_s1/flat/8``), so several seeds share one ``city.json``. Every figure is a mean
-with a 95% bootstrap interval from ``collective.intervals``: over training seeds, then each
-seed's task instances, where more than one seed ran the cell (``seeds`` in the summary says how
-many), over instances alone where one did; ``summary.json``'s ``per_seed`` holds each seed's own.
+writes ``bench/results/city/causal/{city,summary}.json`` and ``{scores,keys}.png``; cells
+already in ``city.json`` under the same digest are kept (a stopped run resumes; a changed
+cell, or one recorded before digests, runs again). A checkpoint's cells are named by its
+training seed (``trained_s1/flat/8``), so several seeds share one ``city.json``. Every figure
+is a mean with a 95% bootstrap interval from ``collective.intervals``: over training seeds,
+then each seed's task instances, where more than one seed ran the cell (``seeds`` in the
+summary says how many), over instances alone where one did; ``summary.json``'s ``per_seed``
+holds each seed's own.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.resumable import digest, file_digest  # noqa: E402
 from collective import (  # noqa: E402
     Conductor,
     Episode,
@@ -286,6 +289,11 @@ def instances(policy: str, condition: str, n: int, most: int | None = None) -> i
     return want if most is None else min(want, most)
 
 
+# bump when what a cell records changes: a cell is re-used only under its own digest (its
+# episode configs, its policy's identity, the grid and this version; bench/resumable.py)
+CELL_VERSION = 1
+
+
 def run_all(
     checkpoint: str,
     out: Path,
@@ -294,21 +302,32 @@ def run_all(
     names: Sequence[str],
     most: dict[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Run the cells not yet in ``out/city.json``. The checkpoint's training seed names its cells
-    (``trained_s1/flat/8``) and the untrained policy's (fresh weights of that seed)."""
+    """Run the cells not yet in ``out/city.json`` under their own digest (a cell made with other
+    configs, another checkpoint or none recorded is run again). The checkpoint's training seed
+    names its cells (``trained_s1/flat/8``) and the untrained policy's (fresh weights of that
+    seed)."""
     path = out / "city.json"
     cells: dict[str, Any] = json.loads(path.read_text())["cells"] if path.exists() else {}
     pols = policies(checkpoint)
     seed = pols["trained"].model.config.seed
+    idents = {  # what each policy is, for the cells' digests
+        "trained": f"tiny:{file_digest(Path(checkpoint))}",
+        "untrained": f"fresh:{digest(pols['trained'].model.config)}",
+        "random": "random",
+    }
     out.mkdir(parents=True, exist_ok=True)
     for n in agents:
         for condition in conditions:
             for name in names:
                 key = cell_key(policy_label(name, seed), condition, n)
                 want = instances(name, condition, n, (most or {}).get(n))
-                if not want or (key in cells and len(cells[key]["episodes"]) >= want):
+                if not want:
                     continue
-                cells[key] = run_cell(pols[name], condition, n, want)
+                configs = [episode_config(condition, n, i, pols[name].name) for i in range(want)]
+                stamp = digest("city cell", idents[name], configs, GRID, CELL_VERSION)
+                if cells.get(key, {}).get("digest") == stamp:
+                    continue  # made exactly so: re-used (a cell without a digest is re-run)
+                cells[key] = {**run_cell(pols[name], condition, n, want), "digest": stamp}
                 s = [e["score"][-1] for e in cells[key]["episodes"]]
                 print(
                     f"{key:28s} score@{HORIZON:g} {np.mean(s):.3f}  "

@@ -136,3 +136,32 @@ def test_cells_are_named_by_training_seed_and_pooled_over_seeds() -> None:
     legacy = {"trained_s0/flat/8": _cell([0.5, 0.6], ids=False), "trained_s1/flat/8": _cell([0.7])}
     with pytest.raises(ValueError, match="do not say which"):
         summarise(legacy, boot=50)
+
+
+def test_cells_are_reused_only_under_their_digest(tmp_path: Any) -> None:
+    """run_all keeps a cell made exactly so, and runs again one whose configs changed or that
+    was recorded without a digest (an old city.json)."""
+    import json
+
+    from bench.city_study import run_all
+    from policy.tiny import TinyConfig, TinyModel, save_checkpoint
+
+    ckpt = save_checkpoint(
+        TinyModel.fresh(TinyConfig(d_model=32, n_heads=2, d_ff=64, context=96)), tmp_path / "t.pt"
+    )
+    out = tmp_path / "out"
+    cells = run_all(str(ckpt), out, [8], ["keys_off"], ["random"], {8: 2})
+    first = (out / "city.json").read_text()
+    assert len(cells["random/keys_off/8"]["episodes"]) == 2 and cells["random/keys_off/8"]["digest"]
+    run_all(str(ckpt), out, [8], ["keys_off"], ["random"], {8: 2})
+    assert (out / "city.json").read_text() == first  # re-used, not re-run
+    more = run_all(str(ckpt), out, [8], ["keys_off"], ["random"], {8: 3})
+    assert len(more["random/keys_off/8"]["episodes"]) == 3
+    old = json.loads((out / "city.json").read_text())
+    del old["cells"]["random/keys_off/8"]["digest"]
+    old["cells"]["random/keys_off/8"]["episodes"] = old["cells"]["random/keys_off/8"]["episodes"][
+        :1
+    ]
+    (out / "city.json").write_text(json.dumps(old))
+    again = run_all(str(ckpt), out, [8], ["keys_off"], ["random"], {8: 3})
+    assert len(again["random/keys_off/8"]["episodes"]) == 3
