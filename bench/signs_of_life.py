@@ -39,6 +39,13 @@ The findings, as the reference work states them:
 Each training seed starts from its own initial weights (TrainConfig sets the model's seed to the
 run's), so the untrained baseline is three different untrained policies.
 
+Resumable run by run (bench/resumable.py): a training run is re-used only when the digest of
+its full resolved TrainConfig (``runs/NAME-sSEED/config.digest``) matches, resumed (as
+``collective train --resume``) when it matches but stopped midway, and trained afresh (the old
+one moved aside) when it differs; a measurement (``measured/PART-nN.npz``) only when its digest,
+over the run's digest, the trained checkpoint's bytes, its settings and MEASURE_VERSION, stored
+beside it, matches. Stop it at any time and run the same command again.
+
     python bench/signs_of_life.py                 # the full run (see README for its time)
     python bench/signs_of_life.py --quick --out /tmp/sol
     python bench/signs_of_life.py --complete-only  # summarise the runs that finished, train none
