@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from collective.outputs import write_file
 from policy.base import Policy, TrainableModel
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class TinyBackend:
 
         path = save_checkpoint(model, directory / "latest.pt")
         if snapshot:
-            shutil.copyfile(path, directory / f"{snapshot}.pt")
+            write_file(directory / f"{snapshot}.pt", path.read_bytes(), "checkpoint")
         return path
 
     async def aclose(self) -> None:

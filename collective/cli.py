@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from collective import log as logsetup
-from collective.outputs import check_dir, check_file
+from collective.outputs import check_dir, check_file, printable, writing_dir
 from collective.records import (
     Asked,
     Began,
@@ -46,6 +46,14 @@ from policy.base import PolicyError
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
+def say(*values: object, file: Any = None) -> None:
+    """``print``, with every control character escaped (``outputs.printable``): whatever an
+    episode file, an agent or a world's error says reaches the terminal as text, never as a
+    command to it (a title, a cleared screen). Line breaks in what is printed stay; a record's
+    own line breaks are escaped where it is laid out one line each (``describe``)."""
+    print(*(printable(str(v), keep_newlines=True) for v in values), file=file)
+
+
 def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = fn
     return fn
@@ -72,6 +80,22 @@ def _param(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def _inputs(a: argparse.Namespace, *outputs: str) -> list[str]:
+    """Every path the command's arguments could name but ``outputs``: each argument, and each
+    part of a reference like ``file.py:Class`` or ``tiny:PATH``. An output that is one of
+    these (device and inode) is refused before any work (``outputs.check_file``)."""
+    found: list[str] = []
+    for key, value in vars(a).items():
+        if key in outputs:
+            continue
+        for v in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(v, tuple):  # --param KEY=VALUE
+                v = v[-1]
+            if isinstance(v, str | Path) and str(v):
+                found += [str(v), *str(v).split(":")]
+    return found
 
 
 def _summary(ep: Episode | EpisodeStream, wall: float, out: str | None) -> dict[str, Any]:
@@ -134,10 +158,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     # Everything checked before anything runs: a bad world, size or output path is one line
     # now, not a traceback after the whole episode.
     check_runnable(cfg)
-    out = check_file(a.out, "--out") if a.out else None
+    out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
     notice = make_organisation(cfg.org, cfg.budget).like_flat(one_policy=True)
     if notice:
-        print(f"collective run: note: {notice}", file=sys.stderr)
+        say(f"collective run: note: {notice}", file=sys.stderr)
     # Fresh tiny weights always come from seed 0: --seed picks the task and the sampling
     # streams, not a different network (a fork with --seed continues with the same one).
     policy = make_policy(a.policy)
@@ -162,12 +186,12 @@ def cmd_run(a: argparse.Namespace) -> int:
         told = world_error(open_episode(out) if out is not None else ep)  # streamed: in the file
         raise ValueError(f"{told}; {kept} (-v for the traceback)")
     if ep.end == "event_limit":
-        print(
+        say(
             f"collective run: stopped at the event limit ({cfg.max_events:,} events) at "
             f"t={ep.duration:g} of {cfg.time_limit:g} simulated seconds; raise --max-events",
             file=sys.stderr,
         )
-    print(json.dumps(_summary(ep, wall, a.out)))
+    say(json.dumps(_summary(ep, wall, a.out)))
     return 0
 
 
@@ -202,8 +226,8 @@ def cmd_replay(a: argparse.Namespace) -> int:
     check_runnable(msgspec.structs.replace(ep.config, world=world or ep.config.world))
     t0 = time.perf_counter()
     if a.until is None:
-        if a.out:
-            print("collective replay: error: --out needs --until (a fork)", file=sys.stderr)
+        if a.out is not None:
+            say("collective replay: error: --out needs --until (a fork)", file=sys.stderr)
             return 2
         policy = make_policy(a.policy) if a.policy else None
         try:
@@ -212,11 +236,11 @@ def cmd_replay(a: argparse.Namespace) -> int:
             if policy is not None:
                 _close(policy)
         if problems:
-            print(f"replay of {a.episode} DIVERGED")
+            say(f"replay of {a.episode} DIVERGED")
             for line in problems:
-                print(f"  {line}")
+                say(f"  {printable(line)}")
             return 1
-        print(
+        say(
             json.dumps(
                 {
                     "replay": "identical",
@@ -231,7 +255,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
         return 0
     if not 0 <= a.until <= ep.config.time_limit:  # before a policy (a server?) is started
         raise ValueError(f"--until {a.until}: outside the episode (0..{ep.config.time_limit:g})")
-    out = check_file(a.out, "--out") if a.out else None
+    out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
     policy = make_policy(a.policy or "random")
     try:
         forked = fork(ep, a.until, policy, sample_seed=a.seed, world=world)
@@ -239,17 +263,17 @@ def cmd_replay(a: argparse.Namespace) -> int:
         _close(policy)
     d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
     if d is not None:
-        print(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
+        say(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
         return 1
     if out is not None:
-        save_episode(forked, out)
+        save_episode(forked, out, "--out")
     summary = _summary(forked, time.perf_counter() - t0, a.out)
     summary.update(
         forked_at=a.until,
         prefix_events=len(prefix(ep.events, a.until)),
         original_score=round(ep.score, 6),
     )
-    print(json.dumps(summary))
+    say(json.dumps(summary))
     return 0
 
 
@@ -271,12 +295,12 @@ def cmd_check(a: argparse.Namespace) -> int:
         limits=a.limits or (),
     )
     params = f" {dict(a.param)}" if a.param else ""
-    print(
+    say(
         f"check {a.world}{params}: {a.agents} agents, {a.seeds} world seeds x {a.rollouts} "
         f"rollouts of a random team, T = {a.time_limit:g} s, latency {a.latency}"
     )
     for line in report.lines():
-        print(line)
+        say(printable(line))
     return 0 if report.ok else 1
 
 
@@ -284,8 +308,12 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 
 def describe(e: Any, exact: bool = False) -> str:
-    """One event as a line a person reads; with ``exact``, times as stored (to the last bit),
-    not to the millisecond."""
+    """One event as a line a person reads (one line: what it quotes is escaped, its line
+    breaks too); with ``exact``, times as stored (to the last bit), not to the millisecond."""
+    return printable(_describe(e, exact))
+
+
+def _describe(e: Any, exact: bool) -> str:
     who = f"agent {e.agent}"
 
     def at(x: float) -> str:
@@ -334,25 +362,26 @@ def describe(e: Any, exact: bool = False) -> str:
 @command
 def cmd_show(a: argparse.Namespace) -> int:
     ep = open_episode(a.episode)
-    if a.png:
+    if a.png is not None:
         from collective.swimlane import MAX_LANES, draw_timeline
 
-        check_file(a.png, "--png")
+        check_file(a.png, "--png", [a.episode])
 
-        print(draw_timeline(ep, a.png))
+        say(draw_timeline(ep, a.png))
         if ep.config.agents + ep.stats.hires > MAX_LANES:  # every agent that ever lived
-            print(
+            say(
                 f"show: only the first {MAX_LANES} agents have lanes; "
                 "`collective trace` shows every agent",
                 file=sys.stderr,
             )
         return 0
     c = ep.config
-    print(
+    header = (
         f"# {c.world} {c.params or ''} agents={c.agents} org={c.org} world_seed={c.world_seed} "
         f"sample_seed={c.sample_seed} T_max={c.time_limit:g}s clock={c.clock} "
         f"latency={c.latency.name} policy={c.policy}"
     )
+    say(printable(header))
     if a.observations:
         _show_observations(ep, a)
         return 0
@@ -362,17 +391,17 @@ def cmd_show(a: argparse.Namespace) -> int:
             continue
         if isinstance(e, Asked | Delivered) and not a.all:
             continue
-        print(f"{e.t:10.3f}  {describe(e)}")
+        say(f"{e.t:10.3f}  {describe(e)}")
         shown += 1
         if a.limit and shown >= a.limit:
-            print(f"... ({len(ep.events)} events in all)")
+            say(f"... ({len(ep.events)} events in all)")
             break
-    print(
+    say(
         f"# score {ep.score:.4f} after {ep.duration:.1f}s simulated ({ep.end}); "
         f"{ep.stats.turns} turns, {ep.stats.output_tokens} tokens, {ep.stats.sent} messages"
     )
     if ep.end == "world_error":
-        print(f"# {world_error(ep)}")
+        say(f"# {printable(world_error(ep))}")
     return 0
 
 
@@ -387,16 +416,16 @@ def _show_observations(ep: EpisodeStream, a: argparse.Namespace) -> None:
     turns.sort(key=lambda t: (t.asked, t.agent, t.turn))
     for shown, t in enumerate(turns):
         if a.limit and shown >= a.limit:
-            print(f"... ({len(turns)} turns in all)")
+            say(f"... ({len(turns)} turns in all)")
             break
-        print(f"{t.asked:10.3f}  agent {t.agent} turn {t.turn} ({t.role}) sees:")
+        say(f"{t.asked:10.3f}  agent {t.agent} turn {t.turn} ({printable(t.role)}) sees:")
         for line in t.prompt.split("\n"):
-            print(f"{'':12}| {line}")
+            say(f"{'':12}| {line}")
         if t.kind:
-            outcome = f"{'->' if t.ok else 'FAILED ->'} {t.result}"
+            outcome = f"{'->' if t.ok else 'FAILED ->'} {printable(t.result)}"
         else:
             outcome = "(the episode ended first)"
-        print(f"{t.answered:10.3f}  decides: {t.text!r}  {outcome}")
+        say(f"{t.answered:10.3f}  decides: {t.text!r}  {outcome}")
 
 
 @command
@@ -404,24 +433,25 @@ def cmd_trace(a: argparse.Namespace) -> int:
     from collective.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
 
     ep = open_episode(a.episode)
-    keep = parse_agents(a.agents) if a.agents else None
-    out = check_file(a.out or Path(a.episode).with_suffix(".trace.json"), "--out")
+    keep = parse_agents(a.agents) if a.agents is not None else None
+    default = Path(a.episode).with_suffix(".trace.json")
+    out = check_file(a.out if a.out is not None else default, "--out", [a.episode])
     tracks = agents_in(ep, keep)
     if tracks > WARN_AGENTS:
-        print(
+        say(
             f"trace: warning: {tracks} agent tracks; viewers slow down past about "
             f"{WARN_AGENTS:,}: keep fewer with --agents 0-99",
             file=sys.stderr,
         )
     w = write_trace(ep, out, keep, real=a.real, progress=len(ep.events) > 200_000)
     if w.bytes > WARN_BYTES:
-        print(
+        say(
             f"trace: warning: {w.bytes / 2**20:.0f} MB written; chrome://tracing cannot open JSON "
             f"over about 512 MB and the Perfetto UI loads large JSON slowly: keep fewer agents "
             f"with --agents",
             file=sys.stderr,
         )
-    print(json.dumps(msgspec.structs.asdict(w)))
+    say(json.dumps(msgspec.structs.asdict(w)))
     return 0
 
 
@@ -433,22 +463,22 @@ def cmd_diff(a: argparse.Namespace) -> int:
     checker = compare(x, y)
     lines = checker.lines()
     if not lines:
-        print(f"identical episodes ({len(x.events)} events, {len(x.turns)} turns)")
+        say(f"identical episodes ({len(x.events)} events, {len(x.turns)} turns)")
         return 0
     for line in lines:
         if line.startswith("config "):
-            print(line)
+            say(printable(line))
     d = checker.divergence
     if d is not None:
         times = sorted({repr(e.t) for e in (d.expected, d.got) if e is not None})
-        print(f"first divergence at event {d.index} (t={' vs '.join(times)}):")
-        print(f"  {a.a}: " + ("(ended)" if d.expected is None else describe(d.expected, True)))
-        print(f"  {a.b}: " + ("(ended)" if d.got is None else describe(d.got, True)))
+        say(f"first divergence at event {d.index} (t={' vs '.join(times)}):")
+        say(f"  {a.a}: " + ("(ended)" if d.expected is None else describe(d.expected, True)))
+        say(f"  {a.b}: " + ("(ended)" if d.got is None else describe(d.got, True)))
     else:
-        print(f"identical event streams ({len(x.events)} events)")
+        say(f"identical event streams ({len(x.events)} events)")
     for line in lines:
         if not line.startswith(("config ", "first divergence at event ")):
-            print(line)
+            say(printable(line))
     return 1
 
 
@@ -461,7 +491,7 @@ def cmd_train(a: argparse.Namespace) -> int:
 
     if a.resume:
         if a.config or a.set or a.out:
-            print("train: --resume RUN_DIR takes no config, --set or --out", file=sys.stderr)
+            say("train: --resume RUN_DIR takes no config, --set or --out", file=sys.stderr)
             return 2
         run_dir = Path(a.resume)
         if not (run_dir / "config.toml").is_file():
@@ -469,20 +499,18 @@ def cmd_train(a: argparse.Namespace) -> int:
         cfg = load_config(run_dir / "config.toml")
     else:
         if not a.config or not a.out:
-            print(
-                "train: give CONFIG.toml and --out RUN_DIR (or --resume RUN_DIR)", file=sys.stderr
-            )
+            say("train: give CONFIG.toml and --out RUN_DIR (or --resume RUN_DIR)", file=sys.stderr)
             return 2
         cfg = load_config(a.config, a.set)
         run_dir = Path(a.out)
     try:
         now = train(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
     except Interrupted as e:
-        print(f"collective train: {e}", file=sys.stderr)
+        say(f"collective train: {e}", file=sys.stderr)
         return 130
     rows = read_metrics(run_dir)  # the whole run's, a resumed one's included
     first, last = rows[0], rows[-1]
-    print(
+    say(
         json.dumps(
             {
                 "run": str(run_dir),
@@ -505,7 +533,7 @@ def cmd_plot(a: argparse.Namespace) -> int:
     if not _have_matplotlib():
         raise ValueError("plot needs matplotlib: pip install 'collective[plots]'")
     for path in plot_run(a.run):
-        print(path)
+        say(path)
     return 0
 
 
@@ -519,13 +547,17 @@ def cmd_make_model(a: argparse.Namespace) -> int:
     from safetensors import safe_open
 
     from collective.make_model import MAKERS
+    from policy.hf_make import check_empty
 
     t0 = time.perf_counter()
-    path = MAKERS[a.kind](a.dir, seed=a.seed)
+    path = check_dir(a.dir, "make-model")
+    check_empty(path)
+    with writing_dir(path, "make-model") as building:  # renamed into place once whole
+        MAKERS[a.kind](building, seed=a.seed)
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
     summary = {"model": str(path), "kind": a.kind, "seed": a.seed, "parameters": params}
-    print(json.dumps({**summary, "wall_time": round(time.perf_counter() - t0, 1)}))
+    say(json.dumps({**summary, "wall_time": round(time.perf_counter() - t0, 1)}))
     return 0
 
 
@@ -548,7 +580,7 @@ def cmd_study(a: argparse.Namespace) -> int:
 
     if not _have_matplotlib():  # checked now: the study draws scale.png after all its runs
         raise ValueError("study needs matplotlib for scale.png: pip install 'collective[plots]'")
-    out = check_dir(a.out, "--out")
+    out = check_dir(a.out, "--out", _inputs(a, "out"), writes=("scale.json", "scale.png"))
     cfg = ScaleConfig(
         checkpoint=a.checkpoint,
         world=a.world,
@@ -569,7 +601,7 @@ def cmd_study(a: argparse.Namespace) -> int:
     )
     rows = scale_study(cfg, out, progress=not a.quiet, cluster=cluster)
     for r in rows:
-        print(
+        say(
             json.dumps(
                 {
                     "policy": r.policy,
@@ -583,7 +615,7 @@ def cmd_study(a: argparse.Namespace) -> int:
                 }
             )
         )
-    print(f"wrote {a.out}/scale.json and {a.out}/scale.png")
+    say(f"wrote {a.out}/scale.json and {a.out}/scale.png")
     return 0
 
 
@@ -593,9 +625,7 @@ def cmd_experiment(a: argparse.Namespace) -> int:
 
     script = Path(__file__).resolve().parent.parent / "bench" / "signs_of_life.py"
     if not script.exists():
-        print(
-            f"experiment: {script} not found (run from a checkout of the project)", file=sys.stderr
-        )
+        say(f"experiment: {script} not found (run from a checkout of the project)", file=sys.stderr)
         return 2
     sys.argv = [str(script), *a.args]
     runpy.run_path(str(script), run_name="__main__")
@@ -765,18 +795,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         if args.verbose:
             raise
-        print(f"collective {args.command}: interrupted", file=sys.stderr)
+        say(f"collective {args.command}: interrupted", file=sys.stderr)
         return 130
     except MemoryError:
         if args.verbose:
             raise
-        print(f"collective {args.command}: error: out of memory", file=sys.stderr)
+        say(f"collective {args.command}: error: out of memory", file=sys.stderr)
         return 2
     except (EpisodeFileError, ValueError, FileNotFoundError, PolicyError) as e:
         if args.verbose:
             raise
-        one_line = " ".join(str(e).split())  # a library's message may run to many lines
-        print(f"collective {args.command}: error: {one_line}", file=sys.stderr)
+        one_line = printable(" ".join(str(e).split()))  # a message may run to many lines
+        say(f"collective {args.command}: error: {one_line}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a write no writer of outputs.py made (a library's): still one line
+        if args.verbose:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        say(f"collective {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
 
 

@@ -127,9 +127,14 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a TOML config and apply ``key=value`` overrides (values parsed as TOML)."""
+    from collective.outputs import open_input
+
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        with open_input(path, "config") as f:  # a FIFO is refused, never waited on
+            raw = tomllib.loads(f.read().decode())
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML (not UTF-8 text: {e.reason})") from None
     except OSError as e:
         raise ValueError(f"{path}: cannot read config ({e.strerror})") from None
     except tomllib.TOMLDecodeError as e:

@@ -99,8 +99,13 @@ class Replay:
     clock episode, whose latencies no model can recompute. Virtual latencies are recomputed, so
     a tampered time is caught rather than trusted."""
 
-    def __init__(self, episode: Episode, until: float = math.inf) -> None:
+    def __init__(
+        self, episode: Episode, until: float = math.inf, most_events: int | None = None
+    ) -> None:
         self.until = until
+        # A replay of a whole record ends at one event past it (``event_limit``): it has
+        # diverged by then, whatever limits the record declares.
+        self.most_events = most_events
         self.real: dict[tuple[int, int], float] = {}
         self.answered: dict[tuple[int, int], float] = {}
         cfg = episode.config
@@ -135,6 +140,9 @@ class LiveEpisode:
         self.quiet = quiet
         self.program = program
         self.replay = replay
+        self.max_events = cfg.max_events
+        if replay is not None and replay.most_events is not None:
+            self.max_events = min(cfg.max_events, replay.most_events)
         self.cast = Cast(cfg)
         self.org = self.cast.org
         self.worlds = self.cast.worlds
@@ -468,7 +476,7 @@ class LiveEpisode:
                     actor = entry.actor
                     if actor.alive and actor.waiting and actor.wait_token == entry.token:
                         self._wake(actor, entry.act, entry.reason)
-                if self.written_events + len(self.events) >= self.cfg.max_events:
+                if self.written_events + len(self.events) >= self.max_events:
                     self._release()  # before the end cancels them: a held task is still parked
                     self._end("event_limit")
                     return

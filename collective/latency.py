@@ -66,6 +66,12 @@ PRESETS: dict[str, LatencyModel] = {
     "tiny": LatencyModel(
         name="tiny", prefill_tps=50_000.0, decode_tps=200.0, overhead=0.5, tick=0.5
     ),
+    # The tiny model priced like a small served model, where output tokens cost time: 50 ms
+    # each, so a 24-token message takes about twice a short "work 1" (1.7 s against 0.85,
+    # before the tick), and a solo agent given a team's tokens needs time to spend them.
+    "tiny-paced": LatencyModel(
+        name="tiny-paced", prefill_tps=50_000.0, decode_tps=20.0, overhead=0.5, tick=0.5
+    ),
 }
 
 DEFAULT_PRESET = "h200-8b"

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from collective.outputs import check_dir, check_file, save_figure
 from collective.rundir import TEAM_BUCKETS, StepMetrics, read_metrics
 
 
@@ -46,16 +47,15 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     rows = read_metrics(run_dir)
     if not rows:
         raise ValueError(f"{run_dir}: metrics.jsonl has no steps yet")
-    out = run_dir / "plots"
-    out.mkdir(exist_ok=True)
+    out = check_dir(run_dir / "plots", "plot")
     plt = _pyplot()
     steps = [r.step for r in rows]
     written = []
 
     def save(fig, name: str) -> None:
         fig.tight_layout()
-        path = out / name
-        fig.savefig(path, dpi=110)
+        path = check_file(out / name, "plot", [run_dir / "metrics.jsonl"])
+        save_figure(fig, path, "plot", dpi=110)
         plt.close(fig)
         written.append(path)
 

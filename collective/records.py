@@ -16,18 +16,19 @@ everything derivable from the config and the recorded answers to catch a consist
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import msgspec
 import zstandard
 
-from collective.actions import ActionSpace
+from collective.actions import ActionSpace, longest_action
 from collective.latency import DEFAULT_PRESET, PRESETS, LatencyModel
 
 FORMAT = 2
@@ -209,6 +210,26 @@ class Turn(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
 # -- configuration and the whole record -------------------------------------------------------
 
 
+MAX_DEPTH = 32  # how deep a world's parameters may nest (a list in a dict in a list ...)
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and dicts (0: a plain value), counted without
+    recursion, and only as far as one past ``MAX_DEPTH``."""
+    deepest, level = 0, [value]
+    while level and deepest <= MAX_DEPTH:
+        inner = []
+        for v in level:
+            if isinstance(v, dict):
+                inner += v.values()
+            elif isinstance(v, list | tuple):
+                inner += v
+        if any(isinstance(v, dict | list | tuple) for v in level):
+            deepest += 1
+        level = inner
+    return deepest
+
+
 class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Everything needed to run an episode again, except the policy's weights."""
 
@@ -264,6 +285,7 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             (self.max_wait >= 1, "max_wait must be >= 1"),
             (self.max_output_tokens >= 1, "max_output_tokens must be >= 1"),
             (self.temperature > 0, "temperature must be > 0"),
+            (_depth(self.params) <= MAX_DEPTH, f"params nest deeper than {MAX_DEPTH} levels"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -502,20 +524,34 @@ class EpisodeWriter:
         self.sealer = _Sealer()
 
     def write(self, part: Part) -> None:
-        self.file.write(self.sealer.frame(part))
+        try:
+            self.file.write(self.sealer.frame(part))
+        except OSError as e:
+            self._failed(e)
 
     def finish(self) -> Path:
         """Seal the header and put the file in place; returns the file written."""
         from collective.outputs import finish_file
 
-        self.file.seek(0)
-        self.file.write(self.sealer.header())
-        self.file.close()
+        try:
+            self.file.seek(0)
+            self.file.write(self.sealer.header())
+            self.file.close()
+        except OSError as e:
+            self._failed(e)
         return finish_file(self.target, self.tmp, self.label)
+
+    def _failed(self, e: OSError) -> NoReturn:
+        """A write failed (a full disk, a size limit): the temporary goes, the old file stays,
+        and the error is one line naming the file and the cause."""
+        from collective.outputs import abandon_file
+
+        raise abandon_file(self.target, self.tmp, self.file, e, self.label) or e
 
     def discard(self) -> None:
         """Drop an unfinished file (the episode failed)."""
-        self.file.close()
+        with contextlib.suppress(OSError):  # a full disk fails the buffered bytes' flush too
+            self.file.close()
         self.tmp.unlink(missing_ok=True)
 
 
@@ -553,37 +589,184 @@ _DIGEST_MISMATCH = "content does not match its digest (changed or corrupt)"
 
 
 def _decode_whole(body: bytes | memoryview, where: str) -> Episode:
+    """A file of the one-body layout, held to what a file of parts is: its turns' bounds
+    checked before they are built, then its records in :class:`_Order`."""
     try:
+        shape = _legacy_shape.decode(body)
+        _check_turns(shape.turns, shape.config.max_output_tokens + 1, where)
         ep = _decoder.decode(body)
     except msgspec.ValidationError as e:
         raise EpisodeFileError(f"{where}: episode does not match format {FORMAT}: {e}") from None
     except msgspec.DecodeError as e:
         raise EpisodeFileError(f"{where}: not a valid episode body: {e}") from None
+    except RecursionError:
+        raise EpisodeFileError(f"{where}: not a valid episode body: nested too deep") from None
     if ep.format != FORMAT:
         raise EpisodeFileError(f"{where}: episode format {ep.format}, this version reads {FORMAT}")
+    order = _Order(where)
+    parts = list(episode_parts(ep))
+    for part in parts[1:-1]:
+        order.chunk(part)  # type: ignore[arg-type]
+    order.closing(parts[-1])  # type: ignore[arg-type]
     return ep
 
 
-def _decode_part(frame: bytes | memoryview, where: str) -> Part:
+class _TurnShape(msgspec.Struct, kw_only=True):
+    token_ids: msgspec.Raw = msgspec.Raw(b"\x90")
+    logprobs: msgspec.Raw = msgspec.Raw(b"\x90")
+
+
+class _ChunkShape(msgspec.Struct, tag="chunk", array_like=True):
+    events: msgspec.Raw
+    turns: list[_TurnShape]
+
+
+class _OtherShape(msgspec.Struct, tag="open", array_like=True):
+    pass
+
+
+class _ClosingShape(msgspec.Struct, tag="close", array_like=True):
+    pass
+
+
+# A part read only as far as its turns' lists of token ids and logprobs (the rest is skipped,
+# not built): checked before the part is decoded, a sealed file with a turn of 10**9 ids is
+# refused at that list's header, not after gigabytes.
+_shape_decoder = msgspec.msgpack.Decoder(_ChunkShape | _OtherShape | _ClosingShape)
+
+
+def _items(raw: msgspec.Raw) -> int:
+    """How many items an encoded msgpack array says it holds (-1: not an array)."""
+    head = memoryview(raw)
+    b = head[0]
+    if 0x90 <= b <= 0x9F:
+        return b & 0x0F
+    if b == 0xDC:
+        return int.from_bytes(head[1:3], "big")
+    if b == 0xDD:
+        return int.from_bytes(head[1:5], "big")
+    return -1
+
+
+def _check_bounds(data: bytes, tokens: int, where: str) -> None:
+    """A turn holds at most ``tokens`` token ids and logprobs: the engine keeps at most one
+    token past ``max_output_tokens`` of any answer (``conductor.bounded``)."""
+    shape = _shape_decoder.decode(data)
+    if isinstance(shape, _ChunkShape):
+        _check_turns(shape.turns, tokens, where)
+
+
+def _check_turns(turns: list[_TurnShape], tokens: int, where: str) -> None:
+    for t in turns:
+        if _items(t.token_ids) > tokens or _items(t.logprobs) > tokens:
+            raise EpisodeFileError(
+                f"{where}: not a valid episode body: a turn of more than {tokens} tokens "
+                "(its max_output_tokens + 1)"
+            )
+
+
+class _LegacyShape(msgspec.Struct):
+    config: EpisodeConfig
+    turns: list[_TurnShape] = []
+
+
+_legacy_shape = msgspec.msgpack.Decoder(_LegacyShape)
+
+
+def _decode_part(frame: bytes | memoryview, where: str, bounds: int | None = None) -> Part:
+    """One part, decompressed (at most ``MAX_PART`` bytes) and decoded; with ``bounds`` (the
+    episode's most tokens a turn), its turns checked against it before they are built."""
     try:
         size = zstandard.frame_content_size(frame)
         if not 0 <= size <= MAX_PART:
             raise EpisodeFileError(f"{where}: a part of {size} bytes (at most {MAX_PART})")
         data = zstandard.ZstdDecompressor().decompress(frame)
+        if bounds is not None:
+            _check_bounds(data, bounds, where)
         return _part_decoder.decode(data)
     except msgspec.ValidationError as e:
         raise EpisodeFileError(f"{where}: episode does not match format {FORMAT}: {e}") from None
     except (msgspec.DecodeError, zstandard.ZstdError) as e:
         raise EpisodeFileError(f"{where}: not a valid episode body: {e}") from None
+    except RecursionError:
+        raise EpisodeFileError(f"{where}: not a valid episode body: nested too deep") from None
 
 
-class _Assembler:
-    """Parts in, one checked Episode out: the Opening first, then Chunks, the Closing last; each
-    turn as answered, then ended at most once."""
+class _Order:
+    """The rules a file's records keep, checked part by part by every reader (the whole
+    loader and the streaming one alike): an agent exists before anything concerns it (ids are
+    given in order, each by its ``spawn`` event), a turn comes as answered (its outcome
+    blank), an outcome comes after its turn and at most once, and in the end the counts are
+    the closing's. What it holds is a byte per turn and a count of agents."""
 
     def __init__(self, where: str) -> None:
         self.where = where
+        self.agents = 0
+        self.events = 0
+        self.ended = bytearray()  # per turn: 1 once its outcome came
+        self.longest: list[int] = []  # per action space: its longest action, in characters
+        self.turn_agent = -1  # the highest agent id of a turn
+
+    def fail(self, why: str) -> NoReturn:
+        raise EpisodeFileError(f"{self.where}: not a valid episode body: {why}")
+
+    def chunk(self, part: Chunk) -> None:
+        n = self.agents
+        for e in part.events:
+            a = e.agent
+            if a >= n:
+                if a == n and type(e) is Spawned:
+                    n += 1
+                    self.events += 1
+                    continue
+                self.fail(f"event {self.events} concerns agent {a}, of {n} spawned")
+            if a < -1:
+                self.fail(f"event {self.events} concerns agent {a}")
+            if type(e) is Delivered or type(e) is Fired:
+                to = e.to if type(e) is Delivered else e.target
+                if not 0 <= to < n:
+                    self.fail(f"event {self.events} names agent {to}, of {n} spawned")
+            self.events += 1
+        self.agents = n
+        self.longest += [longest_action(space) for space in part.spaces]
+        for t in part.turns:
+            if t.agent > self.turn_agent:  # a turn may be written before its agent's events
+                self.turn_agent = t.agent
+            if t.agent < 0:
+                self.fail(f"turn {len(self.ended)} is agent {t.agent}'s")
+            if not 0 <= t.space < len(self.longest):
+                self.fail(f"turn {len(self.ended)} names action space {t.space}")
+            if len(t.text) > self.longest[t.space] + 1:  # what the engine keeps at most
+                self.fail(f"turn {len(self.ended)}'s text is longer than any action")
+            if blank_turn(t) is not t:
+                self.fail(f"turn {len(self.ended)} carries its outcome before it ended")
+            self.ended.append(0)
+        for e in part.ends:
+            if not 0 <= e.index < len(self.ended) or not e.kind:
+                self.fail(f"an end of turn {e.index}, of {len(self.ended)} turns so far")
+            if self.ended[e.index]:
+                self.fail(f"turn {e.index} ends twice")
+            self.ended[e.index] = 1
+
+    def closing(self, c: Closing) -> None:
+        if self.turn_agent >= self.agents:
+            self.fail(f"a turn of agent {self.turn_agent}, of {self.agents} spawned")
+        if c.turns != len(self.ended) or c.stats.events != self.events:
+            self.fail(
+                f"the closing counts {c.stats.events} events and {c.turns} turns, the record "
+                f"holds {self.events} and {len(self.ended)}"
+            )
+
+
+class _Assembler:
+    """Parts in, one checked Episode out: the Opening first, then Chunks, the Closing last; the
+    records in the order :class:`_Order` checks."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.order = _Order(where)
         self.config: EpisodeConfig | None = None
+        self.bounds: int | None = None
         self.closing: Closing | None = None
         self.events: list[Any] = []
         self.turns: list[Turn] = []
@@ -597,27 +780,20 @@ class _Assembler:
         elif isinstance(part, Opening):
             bad = "a second opening" if self.config is not None else ""
             self.config = part.config
+            self.bounds = part.config.max_output_tokens + 1
         elif self.config is None:
             bad = "no opening"
         elif isinstance(part, Closing):
+            self.order.closing(part)
             self.closing = part
         else:
+            self.order.chunk(part)
             self.events += part.events
             self.spaces += part.spaces
             self.curve += part.curve
-            for t in part.turns:
-                if blank_turn(t) is not t:
-                    bad = f"turn {len(self.turns)} carries its outcome before it ended"
-                self.turns.append(t)
+            self.turns += part.turns
             for e in part.ends:
-                if not 0 <= e.index < len(self.turns) or not e.kind:
-                    bad = f"an end of turn {e.index} of {len(self.turns)}"
-                    break
-                t = self.turns[e.index]
-                if t.kind:
-                    bad = f"turn {e.index} ends twice"
-                    break
-                e.land_on(t)
+                e.land_on(self.turns[e.index])
         if bad:
             raise EpisodeFileError(f"{self.where}: not a valid episode body: {bad}")
 
@@ -625,8 +801,6 @@ class _Assembler:
         c = self.closing
         if self.config is None or c is None:
             raise EpisodeFileError(f"{self.where}: not a valid episode body: no closing")
-        if c.turns != len(self.turns) or c.stats.events != len(self.events):
-            raise EpisodeFileError(f"{self.where}: not a valid episode body: counts differ")
         return Episode(
             config=self.config,
             score=c.score,
@@ -673,14 +847,14 @@ def decode_episode(data: bytes, where: str = "episode") -> Episode:
         return _decode_whole(body, where)
     whole = _Assembler(where)
     for frame in _frames(body, where):
-        whole.add(_decode_part(frame, where))
+        whole.add(_decode_part(frame, where, whole.bounds))
     return whole.episode()
 
 
-def save_episode(ep: Episode, path: str | Path) -> None:
+def save_episode(ep: Episode, path: str | Path, label: str = "output") -> None:
     """Write atomically, and only over a regular file (see :mod:`collective.outputs`): a crash
     never leaves a half-written episode under the final name."""
-    writer = EpisodeWriter(path)
+    writer = EpisodeWriter(path, label)
     try:
         for part in episode_parts(ep):
             writer.write(part)
@@ -740,11 +914,7 @@ class EpisodeStream:
         self.path = Path(path)
         self.where = where = str(path)
         self.legacy: Episode | None = None
-        try:
-            f = open(self.path, "rb")  # noqa: SIM115  (closed below; errors are named)
-        except OSError as e:
-            raise EpisodeFileError(f"{where}: cannot read episode file ({e.strerror})") from None
-        with f:
+        with self._open() as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(HEADER_SIZE)
             flags = _check_header(head, size, where)
@@ -770,9 +940,14 @@ class EpisodeStream:
                 at += _FRAME.size + _FRAME.unpack(raw)[0]
             if len(self.offsets) < 2:
                 raise EpisodeFileError(f"{where}: not a valid episode body: no closing")
-            opening, closing = self._part(f, self.offsets[0]), self._part(f, self.offsets[-1])
-        if not isinstance(opening, Opening) or not isinstance(closing, Closing):
-            raise EpisodeFileError(f"{where}: not a valid episode body: no opening or closing")
+            self.bounds: int | None = None
+            opening = self._part(f, self.offsets[0])
+            if not isinstance(opening, Opening):
+                raise EpisodeFileError(f"{where}: not a valid episode body: no opening")
+            self.bounds = opening.config.max_output_tokens + 1
+            closing = self._part(f, self.offsets[-1])
+        if not isinstance(closing, Closing):
+            raise EpisodeFileError(f"{where}: not a valid episode body: no closing")
         self.format = FORMAT
         self.config = opening.config
         self.score, self.duration, self.end = closing.score, closing.duration, closing.end
@@ -795,17 +970,33 @@ class EpisodeStream:
         self.ends = ends
         self.turns = [blank_turn(t) for t in ep.turns]
 
+    def _open(self) -> Any:
+        """The file, open for reading: a FIFO or a device is refused before it is read."""
+        from collective.outputs import InputError, open_input
+
+        try:
+            return open_input(self.path, "episode")
+        except InputError as e:
+            raise EpisodeFileError(str(e)) from None
+        except OSError as e:
+            raise EpisodeFileError(
+                f"{self.where}: cannot read episode file ({e.strerror})"
+            ) from None
+
     def _part(self, f: Any, at: int) -> Part:
         f.seek(at)
         (n,) = _FRAME.unpack(f.read(_FRAME.size))
-        return _decode_part(f.read(n), self.where)
+        return _decode_part(f.read(n), self.where, self.bounds)
 
     def parts(self, whole: bool = False) -> Iterator[Part]:
-        """The file's parts in order (with ``whole``, its opening and closing too)."""
+        """The file's parts in order (with ``whole``, its opening and closing too), each
+        checked as the whole loader checks it (:class:`_Order`) before it is handed on: a pass
+        that would reach a record the loader refuses stops there, with the loader's error."""
         if self.legacy is not None:
             yield from episode_parts(self.legacy) if whole else []
             return
-        with open(self.path, "rb") as f:
+        order = _Order(self.where)
+        with self._open() as f:
             last = len(self.offsets) - 1
             for i, at in enumerate(self.offsets):
                 part = self._part(f, at)
@@ -815,6 +1006,10 @@ class EpisodeStream:
                     raise EpisodeFileError(
                         f"{self.where}: not a valid episode body: parts out of order"
                     )
+                if isinstance(part, Chunk):
+                    order.chunk(part)
+                elif isinstance(part, Closing):
+                    order.closing(part)
                 if whole or isinstance(part, Chunk):
                     yield part
 

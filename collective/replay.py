@@ -103,7 +103,11 @@ def replay(
     if world is not None:
         changes["world"] = world
     answers = RecordedPolicy(ep.turns, live=policy, until=math.inf if policy is None else 0.0)
-    return _rerun(ep, answers, Replay(ep), recorder, **changes)
+    # Bounded by what the record holds, not by the limits it declares: a replay one event past
+    # the record has diverged already, and a file that declares time_limit=1e308 and
+    # max_events=2**63-1 must not make it run without end.
+    fed = Replay(ep, most_events=len(ep.events) + 1)
+    return _rerun(ep, answers, fed, recorder, **changes)
 
 
 def verify(ep: Episode) -> Divergence | None:

@@ -29,6 +29,7 @@ import torch
 import trio
 
 from collective.config import TrainConfig, dump_config
+from collective.outputs import check_input, save_torch
 from collective.records import Episode, load_episode, save_episode
 
 TEAM_BUCKETS = ("solo", "2", "3", "4", "5-8", "9+")
@@ -184,6 +185,7 @@ class RunDir:
         run's config (e.g. its [model] edited)."""
         if not self.state_path.exists():
             return None
+        check_input(self.state_path, "training state")  # a FIFO would block torch.load
         try:
             # weights_only: a state file is data; loading one must not run pickled code.
             saved = torch.load(self.state_path, map_location="cpu", weights_only=True)
@@ -213,7 +215,7 @@ class RunDir:
             (self.path / sub).mkdir(parents=True, exist_ok=True)
         if not resume:
             (self.path / "config.toml").write_text(dump_config(self.cfg))
-        for leftover in self.episodes.glob(".*.tmp"):  # a write cut short by a kill
+        for leftover in [*self.episodes.glob(".*.tmp"), *self.checkpoints.glob(".*.tmp")]:
             leftover.unlink()
         for name in ("metrics.jsonl", "ledger.jsonl"):
             _write_lines(self.path / name, _lines_before(self.path / name, step))
@@ -273,9 +275,7 @@ class RunDir:
             f.write(msgspec.json.encode(ledger) + b"\n")
         snap = state.step % self.cfg.snapshot_every == 0 or state.step == self.cfg.steps
         write_latest(self.checkpoints, f"step-{state.step:06d}" if snap else None)
-        tmp = self.checkpoints / "train-state.pt.tmp"
-        torch.save({**checkpoint, "state": msgspec.to_builtins(state)}, tmp)
-        tmp.replace(self.state_path)
+        save_torch({**checkpoint, "state": msgspec.to_builtins(state)}, self.state_path)
         if not self.cfg.keep_episodes:
             for n in ledger.used + ledger.dropped:
                 (self.episodes / n).unlink(missing_ok=True)

@@ -25,6 +25,7 @@ import trio
 from collective.conductor import Conductor
 from collective.config import ClusterConfig
 from collective.latency import latency_preset
+from collective.outputs import save_figure, write_file
 from collective.records import Dropped, Episode, EpisodeConfig, Posted
 from collective.signs import signs
 from policy.base import Policy
@@ -222,9 +223,10 @@ def scale_study(
 
 
 def write(cfg: ScaleConfig, rows: Sequence[ScaleRow], out: Path, plots: bool) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.json").write_bytes(
-        msgspec.json.format(msgspec.json.encode({"config": cfg, "rows": rows}), indent=1)
+    write_file(
+        out / "scale.json",
+        msgspec.json.format(msgspec.json.encode({"config": cfg, "rows": rows}), indent=1),
+        "--out",
     )
     if plots:
         plot(rows, out / "scale.png", cfg)
@@ -267,5 +269,5 @@ def plot(rows: Sequence[ScaleRow], path: Path, cfg: ScaleConfig) -> None:
     axes.flat[0].legend()
     fig.suptitle(f"Village to city: {cfg.world}, horizon {cfg.horizon:g} s, {cfg.seeds} seeds")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, "--out", dpi=100)
     plt.close(fig)

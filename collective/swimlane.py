@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collective.outputs import save_figure
 from collective.records import Episode
 from collective.timeline import (
     COMM,
@@ -220,7 +221,6 @@ def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> 
         handles.append(Line2D([], [], color="#b22222", marker="x", lw=1, label="hire → / fired ✕"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8.5, frameon=False)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
+    save_figure(fig, path, "--png")
     plt.close(fig)
     return path

@@ -66,9 +66,21 @@ class Written(msgspec.Struct):
     batches: int
 
 
-def parse_agents(text: str) -> set[int]:
-    """``0-9,42`` -> {0, ..., 9, 42}: the agents to keep in a trace."""
-    keep: set[int] = set()
+class AgentIds(Container[int]):
+    """Agent ids given as ids and ranges, held as given: ``0-100000000000`` is one range, not
+    a set of 10**11 ids."""
+
+    def __init__(self, ids: frozenset[int], spans: tuple[range, ...]) -> None:
+        self.ids, self.spans = ids, spans
+
+    def __contains__(self, agent: object) -> bool:
+        return agent in self.ids or any(agent in span for span in self.spans)
+
+
+def parse_agents(text: str) -> AgentIds:
+    """``0-9,42`` -> the agents 0 to 9 and 42: the agents to keep in a trace."""
+    ids: set[int] = set()
+    spans: list[range] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -82,10 +94,13 @@ def parse_agents(text: str) -> set[int]:
             ) from None
         if a < 0 or b < a:
             raise ValueError(f"--agents: {part!r} is not a range of agent ids")
-        keep.update(range(a, b + 1))
-    if not keep:
-        raise ValueError("--agents: no agent ids given")
-    return keep
+        if b - a < 64:
+            ids.update(range(a, b + 1))
+        else:
+            spans.append(range(a, b + 1))
+    if not ids and not spans:
+        raise ValueError(f"--agents: no agent ids given in {text!r}")
+    return AgentIds(frozenset(ids), tuple(spans))
 
 
 def no_wall_clock(ep: Episode | EpisodeStream) -> str | None:
@@ -288,15 +303,10 @@ def write_trace(
         counts.bytes = size + 4
 
     if isinstance(out, str | Path):
-        path = Path(out)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            with tmp.open("wb", buffering=1 << 20) as f:
-                stream(f)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        tmp.replace(path)
+        from collective.outputs import writing
+
+        with writing(out, "--out", buffering=1 << 20) as f:
+            stream(f)
     else:
         stream(out)
     return counts

@@ -6,8 +6,10 @@ action's bytes; logprobs are zero (the script is deterministic).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
+from collective.seeding import Stream
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
 
@@ -40,3 +42,129 @@ class ScriptedPolicy:
 
     async def aclose(self) -> None:
         return None
+
+
+# -- scripted players of the workshop (worlds/workshop.py with ``terse = True``) ---------------
+#
+# The controls of bench/findings_controls.py: what a policy that never learns gets, so that a
+# finding a script reproduces is known to be built into the world. Each reads only the prompt an
+# agent is given (its first line is the world's terse observation, its ``last:`` line the result
+# of its last action), as a model would; randomness comes from the request's own seed.
+
+_SLOT = re.compile(r"(\d+)=m(\d+) [\d.]+( k\d+\?)?( busy)?")
+_WANT = re.compile(r"k(\d+)@(\d+)")
+_KNOW = re.compile(r"k(\d+)")
+_LANDED = re.compile(r"^m(\d+)(?::| built)")
+
+
+class WorkshopScript:
+    """One scripted way to play the terse workshop, as a ``Script`` (call it with a request).
+
+    - ``hire``: an agent that may hire does, until its budget says no, before anything else;
+    - ``keys``: what a key holder does, unasked, for every other agent (ids from its ``msg``
+      domain), and again when its desk says ``want k<j>@<a>``: ``"pass"`` sends a message
+      naming its keys, four at most (what a 24-token answer holds; it teaches them),
+      ``"mute"`` sends as many messages without a key (as much talk, no knowledge), ``"never"``
+      sends nothing;
+    - ``avoid``: work only slots it can work (no missing key) that nobody else is at work on
+      (no ``busy``), keeping to the module it worked last and otherwise picking at random (a
+      stochastic policy's way to break the tie between agents shown the same desk), and first
+      (and after a clash) waiting a random 1 to ``jitter`` seconds, so that agents shown the
+      same desk at once do not all pick alike; without it, always ``work 1``.
+    With nothing it can work, an agent tries a slot whose key it lacks once (the refusal tells
+    the holder the key is wanted), then waits for a message, at most ``patience`` seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        hire: bool,
+        keys: str,
+        avoid: bool,
+        patience: int = 10,
+        jitter: int = 6,
+        name: str = "",
+    ) -> None:
+        if keys not in ("pass", "mute", "never"):
+            raise ValueError(f"WorkshopScript: keys must be pass, mute or never, got {keys!r}")
+        self.hire, self.keys, self.avoid, self.patience = hire, keys, avoid, patience
+        self.jitter = jitter
+        self.name = name or f"workshop-{keys}"
+        self.state: dict[int, dict[str, object]] = {}
+
+    def __call__(self, r: PolicyRequest) -> str:
+        obs = r.prompt.split("\n", 1)[0]
+        last = r.prompt.rsplit("\nlast: ", 1)[-1].removesuffix("\n>")
+        st = self.state.setdefault(r.agent, {"told": set(), "asked": set()})
+        hire = next((t for t in r.space.tools if t.name == "hire"), None)
+        if self.hire and hire is not None and not st.get("hired_all"):
+            if st.get("hiring") and last.startswith("error"):
+                st["hired_all"] = True
+            else:
+                st["hiring"] = True
+                return f"hire {hire.args[0].choices[0]}"
+        landed = _LANDED.match(last)
+        if landed:
+            st["module"] = int(landed.group(1))
+        mine = (
+            [int(k) for k in _KNOW.findall(obs.split("know ", 1)[1].split(";", 1)[0])]
+            if "know " in obs
+            else []
+        )
+        st.setdefault("holder", bool(mine))  # held keys from the start (not told them)
+        if self.keys != "never" and mine:
+            told: set[tuple[int, int]] = st["told"]  # type: ignore[assignment]
+            msg = next((t for t in r.space.tools if t.name == "msg"), None)
+            others = range(1, msg.args[0].hi + 1) if msg is not None and st["holder"] else ()
+            # A first holder tells everyone else every key it holds (unasked: a refusal costs a
+            # unit's time); anyone tells whoever its desk says still wants one.
+            todo = [(k, a) for a in others for k in mine if (k, a) not in told]
+            if "want " in obs:
+                asks = _WANT.findall(obs.split("want ", 1)[1].split(";", 1)[0])
+                todo += [(int(k), int(a)) for k, a in asks if (int(k), int(a)) not in told]
+            if todo:
+                to = todo[0][1]
+                keys = list(dict.fromkeys(k for k, a in todo if a == to))[:4]  # fits 24 tokens
+                told.update((k, to) for k in keys)
+                text = " ".join(f"k{k}" for k in keys) if self.keys == "pass" else "soon"
+                return f'msg {to} "{text}"'
+        slots = [
+            (int(i), int(m), bool(lack), bool(busy)) for i, m, lack, busy in _SLOT.findall(obs)
+        ]
+        if not slots:
+            return f"wait {self.patience}"
+        if not self.avoid:
+            return "work 1"
+        if last == "you have just started" or "clashed" in last:
+            # Agents shown the same desk at the same instant would pick alike: start a random
+            # moment later, so that the later see the earlier's work as busy.
+            return f"wait {1 + Stream(r.seed).below(self.jitter)}"
+        ok = [(i, m) for i, m, lack, busy in slots if not lack and not busy]
+        for i, m in ok:
+            if m == st.get("module"):
+                return f"work {i}"
+        if ok:
+            i, _ = ok[Stream(r.seed).below(len(ok))]
+            return f"work {i}"
+        asked: set[int] = st["asked"]  # type: ignore[assignment]
+        for i, m, lack, busy in slots:
+            if lack and not busy and m not in asked:
+                asked.add(m)
+                return f"work {i}"
+        return f"wait {self.patience}"
+
+
+def workshop_scripts() -> dict[str, Callable[[], WorkshopScript]]:
+    """The controls by name, each a fresh (stateful) script per episode batch."""
+    return {
+        "oracle": lambda: WorkshopScript(hire=True, keys="pass", avoid=True, name="oracle"),
+        "hire_everyone": lambda: WorkshopScript(
+            hire=True, keys="never", avoid=False, name="hire_everyone"
+        ),
+        "never_pass_keys": lambda: WorkshopScript(
+            hire=True, keys="mute", avoid=True, name="never_pass_keys"
+        ),
+        "no_communication": lambda: WorkshopScript(
+            hire=True, keys="never", avoid=True, name="no_communication"
+        ),
+    }

@@ -22,11 +22,11 @@ from pathlib import Path
 import msgspec
 import pytest
 from conftest import CLI_AT_A_TERMINAL, ctrl_c_everywhere
-from hostile import seal
+from hostile import seal, seal_parts
 
 from collective import EpisodeConfig, run_episode, save_episode
 from collective.cli import main
-from collective.records import encode_episode, episode_file_bytes
+from collective.records import encode_episode, episode_file_bytes, episode_parts
 from collective.train import load_config, read_metrics, train
 from policy.tiny import TinyConfig, TinyModel
 from policy.tiny.checkpoint import save_checkpoint
@@ -152,6 +152,243 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("trace out is a device", ["trace", "{episode}", "--out", "/dev/full"], 2, "is a device"),
     ("show --png a device", ["show", "{episode}", "--png", "/dev/full"], 2, "is a device"),
     ("diff a broken file", ["diff", "{episode}", "{flipped}"], 2, "does not match its digest"),
+    # -- an output never destroys an input (device and inode, links resolved) --------------
+    ("trace over its episode", ["trace", "{episode}", "--out", "{episode}"], 2, "is an input"),
+    ("trace over a link to it", ["trace", "{episode}", "--out", "{eplink}"], 2, "the same file"),
+    ("trace over a hard link", ["trace", "{episode}", "--out", "{ephard}"], 2, "is an input"),
+    (
+        "fork over its episode",
+        ["replay", "{episode}", "--until", "5", "--out", "{episode}"],
+        2,
+        "is an input",
+    ),
+    ("png over its episode", ["show", "{episode}", "--png", "{eplink}"], 2, "is an input"),
+    (
+        "run over its world",
+        ["run", "{worldcopy}:Counter", "--out", "{worldcopy}"],
+        2,
+        "is an input",
+    ),
+    (
+        "run over its weights",
+        ["run", "tally", "--policy", "tiny:{ckpt}", "--out", "{ckpt}"],
+        2,
+        "is an input",
+    ),
+    # -- outputs the file system cannot take ---------------------------------------------------
+    ("run --out ''", ["run", "tally", "--out", ""], 2, "--out: an empty path"),
+    ("fork --out ''", ["replay", "{episode}", "--until", "5", "--out", ""], 2, "an empty path"),
+    ("trace --out ''", ["trace", "{episode}", "--out", ""], 2, "--out: an empty path"),
+    ("show --png ''", ["show", "{episode}", "--png", ""], 2, "--png: an empty path"),
+    (
+        "out ends in /",
+        ["run", "tally", "--out", "{tmp}/new/"],
+        2,
+        "new/ names a folder, not a file",
+    ),
+    ("out is a link loop", ["run", "tally", "--out", "{loop}"], 2, "(a symlink loop)"),
+    ("out through a loop", ["run", "tally", "--out", "{loop}/e"], 2, "Too many levels of symbolic"),
+    (
+        "out name of 300 bytes",
+        ["run", "tally", "--out", "{tmp}/" + "a" * 300],
+        2,
+        "300 bytes, longer",
+    ),
+    ("make-model under a file", ["make-model", "tiny-lm", "{file}/m"], 2, "(Not a directory)"),
+    (
+        "study out is a file",
+        ["study", "scale", "{ckpt}", "--out", "{file}"],
+        2,
+        "a file, not a folder",
+    ),
+    # -- decoding is bounded by the file's own limits ------------------------------------------
+    ("10^6 ids: observations", ["show", "{many_ids}", "--observations"], 2, "more than 65 tokens"),
+    ("10^6 ids: replay", ["replay", "{many_ids}"], 2, "a turn of more than 65 tokens"),
+    ("10^6 ids: trace", ["trace", "{many_ids}", "--out", "{tmp}/ids.json"], 2, "more than 65"),
+    ("params 1000 deep: show", ["show", "{deep}"], 2, "nested too deep"),
+    ("params 1000 deep: replay", ["replay", "{deep}"], 2, "nested too deep"),
+    ("params 40 deep: file", ["show", "{deep40}"], 2, "params nest deeper than 32 levels"),
+    (
+        "params 40 deep: run",
+        ["run", "tally", "--param", "x=" + "[" * 40 + "]" * 40],
+        2,
+        "nest deeper",
+    ),
+    ("one body: 10^6 ids", ["show", "{legacy_ids}"], 2, "a turn of more than 65 tokens"),
+    ("one body: agent 99", ["trace", "{legacy_ghost}"], 2, "concerns agent 99, of 3 spawned"),
+    ("trace --agents ''", ["trace", "{episode}", "--agents", ""], 2, "no agent ids given"),
+    (
+        "trace --agents 0-10^11",
+        ["trace", "{episode}", "--agents", "0-100000000000", "--out", "{tmp}/all.json"],
+        0,
+        '"agents": 3',
+    ),
+    ("outcome before its turn: show", ["show", "{outcome_first}"], 2, "not a valid episode body"),
+    (
+        "outcome before its turn: show --png",
+        ["show", "{outcome_first}", "--png", "{tmp}/x.png"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "outcome before its turn: show --observations",
+        ["show", "{outcome_first}", "--observations"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "outcome before its turn: trace --out",
+        ["trace", "{outcome_first}", "--out", "{tmp}/x.json"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "outcome before its turn: diff",
+        ["diff", "{episode}", "{outcome_first}"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "outcome before its turn: replay",
+        ["replay", "{outcome_first}"],
+        2,
+        "not a valid episode body",
+    ),
+    ("an end recorded twice: show", ["show", "{ends_twice}"], 2, "not a valid episode body"),
+    (
+        "an end recorded twice: show --png",
+        ["show", "{ends_twice}", "--png", "{tmp}/x.png"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "an end recorded twice: show --observations",
+        ["show", "{ends_twice}", "--observations"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "an end recorded twice: trace --out",
+        ["trace", "{ends_twice}", "--out", "{tmp}/x.json"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "an end recorded twice: diff",
+        ["diff", "{episode}", "{ends_twice}"],
+        2,
+        "not a valid episode body",
+    ),
+    ("an end recorded twice: replay", ["replay", "{ends_twice}"], 2, "not a valid episode body"),
+    ("an end index of 10^6: show", ["show", "{end_index}"], 2, "not a valid episode body"),
+    (
+        "an end index of 10^6: show --png",
+        ["show", "{end_index}", "--png", "{tmp}/x.png"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "an end index of 10^6: show --observations",
+        ["show", "{end_index}", "--observations"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "an end index of 10^6: trace --out",
+        ["trace", "{end_index}", "--out", "{tmp}/x.json"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "an end index of 10^6: diff",
+        ["diff", "{episode}", "{end_index}"],
+        2,
+        "not a valid episode body",
+    ),
+    ("an end index of 10^6: replay", ["replay", "{end_index}"], 2, "not a valid episode body"),
+    ("a commit by agent 99: show", ["show", "{ghost_commit}"], 2, "not a valid episode body"),
+    (
+        "a commit by agent 99: show --png",
+        ["show", "{ghost_commit}", "--png", "{tmp}/x.png"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a commit by agent 99: show --observations",
+        ["show", "{ghost_commit}", "--observations"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a commit by agent 99: trace --out",
+        ["trace", "{ghost_commit}", "--out", "{tmp}/x.json"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a commit by agent 99: diff",
+        ["diff", "{episode}", "{ghost_commit}"],
+        2,
+        "not a valid episode body",
+    ),
+    ("a commit by agent 99: replay", ["replay", "{ghost_commit}"], 2, "not a valid episode body"),
+    ("a delivery to agent 99: show", ["show", "{ghost_delivery}"], 2, "not a valid episode body"),
+    (
+        "a delivery to agent 99: show --png",
+        ["show", "{ghost_delivery}", "--png", "{tmp}/x.png"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a delivery to agent 99: show --observations",
+        ["show", "{ghost_delivery}", "--observations"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a delivery to agent 99: trace --out",
+        ["trace", "{ghost_delivery}", "--out", "{tmp}/x.json"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a delivery to agent 99: diff",
+        ["diff", "{episode}", "{ghost_delivery}"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a delivery to agent 99: replay",
+        ["replay", "{ghost_delivery}"],
+        2,
+        "not a valid episode body",
+    ),
+    ("a closing that miscounts: show", ["show", "{counts}"], 2, "not a valid episode body"),
+    (
+        "a closing that miscounts: show --png",
+        ["show", "{counts}", "--png", "{tmp}/x.png"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a closing that miscounts: show --observations",
+        ["show", "{counts}", "--observations"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a closing that miscounts: trace --out",
+        ["trace", "{counts}", "--out", "{tmp}/x.json"],
+        2,
+        "not a valid episode body",
+    ),
+    (
+        "a closing that miscounts: diff",
+        ["diff", "{episode}", "{counts}"],
+        2,
+        "not a valid episode body",
+    ),
+    ("a closing that miscounts: replay", ["replay", "{counts}"], 2, "not a valid episode body"),
     # -- replay: trust and options -------------------------------------------------------------
     ("file world not named", ["replay", "{foreign}"], 2, "not built in"),
     ("fork of file world", ["replay", "{foreign}", "--until", "5"], 2, "not built in"),
@@ -238,6 +475,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("[model] edited", ["train", "--resume", "{run_width}"], 2, "size mismatch"),
     # -- plot ----------------------------------------------------------------------------------
     ("plot nothing", ["plot", "{tmp}/none"], 2, "no metrics.jsonl"),
+    ("plot over its metrics", ["plot", "{run_plotlink}"], 2, "is an input of this command"),
 ]
 
 
@@ -306,9 +544,50 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = msgspec.to_builtins(ep)
     d["turns"][0]["reward"] = 1.0
     files["unknown"] = seal(msgspec.msgpack.encode(d))
+    # The one-body layout (still read) is held to the same rules.
+    d = msgspec.to_builtins(ep)
+    d["turns"][0].update(token_ids=[1] * 10**6, logprobs=[-0.5] * 10**6)
+    files["legacy_ids"] = seal(msgspec.msgpack.encode(d))
+    d = msgspec.to_builtins(ep)
+    next(e for e in d["events"] if e[0] == "commit")[2] = 99
+    files["legacy_ghost"] = seal(msgspec.msgpack.encode(d))
+
+    # Records the whole loader refuses, digests recomputed: every reader must refuse them too.
+    def reseal(name: str, change: object) -> None:
+        parts = [msgspec.to_builtins(part) for part in episode_parts(ep)]
+        change(parts[1], parts[-1])  # type: ignore[operator]  (the one chunk, the closing)
+        files[name] = seal_parts(parts)
+
+    def event_of(chunk: list, tag: str) -> list:
+        return next(e for e in chunk[1] if e[0] == tag)
+
+    reseal("outcome_first", lambda c, _: c[2][0].update(kind="world", ok=True))
+    reseal("ends_twice", lambda c, _: c[3].append(c[3][0]))
+    reseal("end_index", lambda c, _: c[3][0].__setitem__(0, 10**6))
+    reseal("ghost_commit", lambda c, _: event_of(c, "commit").__setitem__(2, 99))
+    reseal("ghost_delivery", lambda c, _: event_of(c, "deliver").__setitem__(4, 99))
+    reseal("counts", lambda _, close: close.__setitem__(6, close[6] + 1))
+    reseal(
+        "many_ids",
+        lambda c, _: c[2][0].update(token_ids=[1] * 10**6, logprobs=[-0.5] * 10**6),
+    )
+    opening = [msgspec.to_builtins(part) for part in episode_parts(ep)]
+    opening[0][1]["params"] = {"x": msgspec.Raw(b"\x91" * 1000 + b"\x00")}
+    files["deep"] = seal_parts(opening)
+    opening[0][1]["params"] = {"x": msgspec.Raw(b"\x91" * 40 + b"\x00")}
+    files["deep40"] = seal_parts(opening)
     for name, blob in files.items():
         p[name] = tmp / f"{name}.msgpack"
         p[name].write_bytes(blob)
+    p["eplink"] = tmp / "eplink.msgpack"
+    p["eplink"].symlink_to(p["episode"])
+    p["ephard"] = tmp / "ephard.msgpack"
+    os.link(p["episode"], p["ephard"])
+    p["worldcopy"] = tmp / "counter.py"  # a world file of its own: the table may not harm ours
+    shutil.copy(HOSTILE, p["worldcopy"])
+    (tmp / "loop1").symlink_to(tmp / "loop2")
+    (tmp / "loop2").symlink_to(tmp / "loop1")
+    p["loop"] = tmp / "loop1"
 
     p["unprompted"] = tmp / "unprompted.msgpack"
     quiet = EpisodeConfig(world="tally", agents=2, time_limit=30, keep_prompts=False)
@@ -335,6 +614,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             cfg = copy / "config.toml"
             cfg.write_text(cfg.read_text().replace("d_model = 32", "d_model = 48"))
         p[f"run_{kind}"] = copy
+    # A run whose plots/returns.png links to its own metrics: plot must not write through it.
+    p["run_plotlink"] = tmp / "run_plotlink"
+    shutil.copytree(p["run"], p["run_plotlink"])
+    (p["run_plotlink"] / "plots").mkdir(exist_ok=True)
+    (p["run_plotlink"] / "plots" / "returns.png").symlink_to(p["run_plotlink"] / "metrics.jsonl")
     return {k: str(v) for k, v in p.items()}
 
 

@@ -15,8 +15,10 @@ import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: What ``policy/`` may import from ``collective/``: the action-space types and the seeded streams.
-SHARED = {"collective.actions", "collective.seeding"}
+#: What ``policy/`` may import from ``collective/``: the action-space types, the seeded streams,
+#: and how a file is read and written (``collective.outputs``: standard library only, importing
+#: nothing of either package; a checkpoint is written and read as every other file is).
+SHARED = {"collective.actions", "collective.seeding", "collective.outputs"}
 
 
 def _modules(pkg: str) -> dict[str, Path]:

@@ -242,6 +242,14 @@ def stopped(detail: str) -> Callable[[Seen, Targets], None]:
     return verdict
 
 
+def few_files(seen: Seen, t: Targets) -> None:
+    """The package holds no more files and folders than the limit, the task's own kept."""
+    held = sum(len(dirs) + len(names) for _, dirs, names in os.walk(t.work))
+    assert held <= LIMITS.files, f"{held} files and folders kept"
+    assert all((t.work / path).is_file() for path in RPN.files), "the task's files stay"
+    assert f"more than the {LIMITS.files} allowed" in seen.text, seen.text
+
+
 def both(*verdicts: Callable[[Seen, Targets], None]) -> Callable[[Seen, Targets], None]:
     def verdict(seen: Seen, t: Targets) -> None:
         for v in verdicts:
@@ -431,6 +439,12 @@ HOSTILE: dict[str, Hostile] = {
     # -- resources ----------------------------------------------------------------------------
     "a huge allocation": Hostile("x = bytearray(8 * 2**30)\n", stopped("needed more than")),
     "an output flood": Hostile("while True:\n    print('x' * 10000)\n", stopped("file size limit")),
+    "30,000 empty files (the finding)": Hostile(
+        "import os\nos.makedirs('many/deep', exist_ok=True)\n"
+        "for i in range(30000):\n    open(f'many/f{{i}}', 'w').close()\nprint('made')\n",
+        few_files,
+        limits=msgspec.structs.replace(LIMITS, cpu_seconds=10, wall_seconds=30.0),
+    ),
     "spin past the CPU limit": Hostile("while True:\n    pass\n", stopped("CPU time")),
     "sleep past the wall-time limit": Hostile(
         "import time\ntime.sleep(60)\n",
@@ -476,6 +490,7 @@ def test_the_table_holds_every_finding_and_kind_of_attack() -> None:
         "abstract unix socket",
         "ctypes",
         "huge allocation",
+        "30,000 empty files (the finding)",
         "fork bomb",
         "output flood",
         "link",

@@ -87,8 +87,9 @@ class Repo(World):
         the seed picks one); ``team_size`` agents share one copy of it (0: everyone shares one);
         the ``*_seconds`` are simulated durations of the tools; ``wall_seconds``,
         ``cpu_seconds`` and ``memory_mb`` limit each real run, ``disk_mb`` what a team's copy
-        of the package may hold; ``allow_without_namespaces`` runs agent code even where the
-        machine cannot give it namespaces of its own (a weaker sandbox)."""
+        of the package may hold (in bytes; in number, ``sandbox.Limits.files`` files and
+        folders, checked after every run); ``allow_without_namespaces`` runs agent code even
+        where the machine cannot give it namespaces of its own (a weaker sandbox)."""
         super().__init__(n_agents, seed)
         names = [t.name for t in TASKS]
         if task and task not in names:

@@ -25,6 +25,11 @@ The layers, each enforced by the kernel, and what each guarantees:
 - **resource limits**: CPU seconds, address space, size of any file written (output
   included), open files.
 - **wall-time limit**: the parent kills the process group.
+- **a count of files and folders** (``Limits.files``): no limit of the kernel caps how many
+  (empty) files a program makes, so the parent counts what is beneath the task directory after
+  each run (``os.walk``, links not followed); past the limit, everything that run made is
+  removed and the outcome says so (:attr:`Outcome.blocked`). A run can fill the directory
+  only for as long as it runs.
 
 The child's audit hook is a courtesy: it turns attempts into clear errors and reports them
 (:attr:`Outcome.blocked`), and nothing depends on it.
@@ -65,6 +70,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     cpu_seconds: int = 5
     memory_mb: int = 512
     file_mb: int = 4  # the largest file the code may write, its output included
+    files: int = 1000  # files and folders the task directory may hold after a run
     output_chars: int = 2000  # how much of the output comes back
 
 
@@ -222,6 +228,7 @@ async def _run(
     if tmp.is_symlink() or (tmp.exists() and not tmp.is_dir()):
         tmp.unlink()
     tmp.mkdir(exist_ok=True)
+    before = set(_entries(directory))
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(directory),
@@ -286,11 +293,44 @@ async def _run(
     if len(lines) > cap:  # more than any honest run writes: keep the whole lines within it
         lines = lines[: lines.rfind(b"\n", 0, cap) + 1]
     outcome = _outcome(raw, returncode, directory, limits)
-    if not _read_answers(outcome, lines, n, prefix) and returncode is not None:
+    ready = _read_answers(outcome, lines, n, prefix)
+    _keep_within_count(directory, before, limits, outcome)
+    if not ready and returncode is not None:
         # No agent code runs before 'ready': this is the sandbox's own failure, not the agent's.
         last = raw.strip().splitlines()[-1:] or [f"exit status {returncode}"]
         raise SandboxBroken(f"the sandbox did not start: {last[0]}")
     return outcome
+
+
+def _entries(directory: Path) -> list[Path]:
+    """Every file and folder beneath ``directory`` (links are not followed: nothing outside it
+    is ever counted or touched)."""
+    found: list[Path] = []
+    for top, dirs, names in os.walk(directory):
+        found += [Path(top) / name for name in dirs + names]
+    return found
+
+
+def _keep_within_count(
+    directory: Path, before: set[Path], limits: Limits, outcome: Outcome
+) -> None:
+    """Past ``limits.files`` files and folders, remove every one this run made (the deepest
+    first) and say so; what was there before the run stays."""
+    after = _entries(directory)
+    if len(after) <= limits.files:
+        return
+    made = [p for p in after if p not in before]
+    for p in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink()
+    outcome.blocked = [
+        *outcome.blocked,
+        f"filling the disk: {len(after)} files and folders, more than the {limits.files} "
+        f"allowed; the {len(made)} this run made were removed",
+    ]
 
 
 def _read_answers(outcome: Outcome, lines: bytes, n: int, prefix: tuple[str, ...]) -> bool:

@@ -39,6 +39,70 @@ signs-of-life study, ``bench/signs_of_life.py``, sets them so that no finding is
 - ``posts_teach``: whether a key said in a ``post`` teaches the whole group at once (True) or
   teaches nobody (False: keys travel by direct message only). One post reaching everyone makes
   knowledge free to spread at any scale, which forces "key passing does not slow a big team".
+
+Knobs that let each finding be *learned* (all off by default, so an episode of the world as
+first built is byte for byte what it was; ``FINDINGS`` below sets them, and
+``bench/findings_controls.py`` runs the scripted controls of ``policy/scripted.py`` through it):
+
+- ``desks="shared"``: every agent sees the same ready modules in the same order, its own module
+  in slot 1, then those nobody is at work on. With ``"spread"`` desks "always work slot 1" is
+  clash-free, so hiring everyone forces "a big team does ~2x" by headcount alone; shared desks
+  make who takes what a problem the team must settle.
+- ``clash="refuse"``: units on one module that overlap in time are all lost (and a unit on a
+  built module); the desk marks a module another agent is at work on ``busy``. Under
+  ``"penalty"`` a clashed unit still lands, so clashes cannot lower "useful work" (landed
+  units); with refusals an uncoordinated big team really pays.
+- ``interrupts``: a message (a post: for everyone else) heard while a unit of work is in flight
+  loses that unit. Without it an untrained big team's chatter is free and headcount alone puts
+  it above the average rollout; with it, it can start below, and talk pays only when it carries
+  something (a key, to one who waits for it).
+- ``keys_per_message``: a message teaches at most this many keys (0: every key it names; a
+  24-token answer holds about five). One message passing all knowledge would keep needed
+  talk from growing with the team.
+- ``terse``: the observation in about half the bytes a slot (five slots in the bytes of three),
+  and ``want k<j>@<a>`` names who asked for a key. The default ``wanted: k<j>`` says a key is
+  wanted but not by whom, so passing it by direct message is guesswork; a bigger desk in the
+  default layout would push the inbox out of a small context (table below).
+- ``holders="first"`` with ``posts_teach=False``: agent 0 holds every key and keys travel by
+  direct message only. ``holders="slots"`` denies a solo keys by construction ("a solo never
+  catches up"); with posts teaching, one post teaches everyone at any scale.
+- a fixed ``modules``: one task whatever the team (``modules=0`` grows it: "2x" by headcount).
+
+With any of the first five on, ``metrics`` also reports ``taught``: the keys agents learned from
+messages, the communication that carried knowledge.
+
+"Tokens cost time" is the latency model's, not the world's: ``FINDINGS`` is meant with the
+``tiny-paced`` preset (collective/latency.py: 50 ms an output token), under which a solo agent
+spending a team's tokens needs measurably longer. "No organisation contains the solo": compare
+a flat team with a solo (every agent from the start), not a CEO who starts alone.
+
+What a prompt's parts take, in bytes, measured on real prompts of ``FINDINGS`` episodes (flat
+team of 8, 180 s, untrained tiny policy; ``bench/findings_controls.py --bytes``; median / 90th
+percentile over every turn). The tiny model sees ``context - max_output_tokens - 1`` prompt
+bytes (``policy/tiny/decode.py``: the observation and inbox from their start, the ``last:`` line
+kept whole when short):
+
+=========================================  ======================  ======================
+part of the prompt                         FINDINGS (terse,        the study's world
+(share of prompts; median; p90 bytes)      view 5), flat 8         before (FAIR, view 3),
+                                                                   CEO hiring to 8
+=========================================  ======================  ======================
+observation: header (built, keys, wanted)  100%; 12; 30            100%; 12; 34
+observation: desk (the slots)              100%; 47; 53            100%; 51; 62
+``inbox:`` line                            18.5%; 27; 41           11.2%; 27; 27
+``#all:`` channel line                     53%; 23; 42             34%; 23; 61
+``last:`` line and ``>``                   100%; 25; 101           100%; 25; 64
+whole prompt                               113; 182                115; 165
+inbox line seen whole, context 128         4.9%                    5.9%
+... context 192                            85%                     97%
+... context 256                            100%                    100%
+=========================================  ======================  ======================
+
+So at the study's context of 128 the model saw a whole inbox in about one prompt in twenty;
+with ``FINDINGS`` use a context of 256 (``TinyConfig.context``, recorded in every checkpoint, so
+older checkpoints load with their own 128), which holds every inbox line measured; the model
+then reads 128 prompt tokens a turn on average instead of 100 (+27%; 124 at a context of
+192). The prompt layout itself (``collective/actor.py``) is unchanged.
 """
 
 from __future__ import annotations
@@ -50,6 +114,23 @@ from typing import Annotated
 from collective.world import Range, ToolError, World, tool
 
 _KEY = re.compile(r"\bk(\d+)\b")
+
+#: The workshop in which each finding of the signs-of-life study can be learned and none is
+#: forced (the module docstring's tables; a context of 192 bytes for the tiny model).
+FINDINGS: dict[str, object] = {
+    "modules": 64,
+    "holders": "first",
+    "onboard_seconds": 20.0,
+    "knowledge": 0.5,
+    "keys": 4,
+    "view": 5,
+    "desks": "shared",
+    "clash": "refuse",
+    "interrupts": True,
+    "posts_teach": False,
+    "keys_per_message": 0,
+    "terse": True,
+}
 
 
 class Workshop(World):
@@ -73,14 +154,20 @@ class Workshop(World):
         holders: str = "slots",
         onboard_seconds: float = 0.0,
         posts_teach: bool = True,
+        desks: str = "spread",
+        clash: str = "penalty",
+        keys_per_message: int = 0,
+        terse: bool = False,
+        interrupts: bool = False,
     ) -> None:
         """``size`` modules per agent (the project grows with the team), or exactly ``modules``
         when given (to put teams of different sizes on one project); ``parallel`` of them
         in the first layer (ready from the start), the rest spread over ``depth - 1`` more
         layers, each module depending on one or two of the layer before; each needs 1 to
         ``units`` units of work; ``knowledge`` of them need one of ``keys`` keys (at most one
-        key per agent, so a solo agent knows them all). ``holders``, ``onboard_seconds`` and
-        ``posts_teach``: see the module's docstring."""
+        key per agent, so a solo agent knows them all). ``holders``, ``onboard_seconds``,
+        ``posts_teach``, ``desks``, ``clash``, ``keys_per_message`` and ``terse``: see the
+        module's docstring."""
         super().__init__(n_agents, seed)
         checks = [
             (size >= 1, f"size must be >= 1, got {size}"),
@@ -98,12 +185,24 @@ class Workshop(World):
             (work_seconds > 0, f"work_seconds must be > 0, got {work_seconds}"),
             (holders in ("slots", "first"), f"holders must be slots or first, got {holders!r}"),
             (onboard_seconds >= 0, f"onboard_seconds must be >= 0, got {onboard_seconds}"),
+            (desks in ("spread", "shared"), f"desks must be spread or shared, got {desks!r}"),
+            (clash in ("penalty", "refuse"), f"clash must be penalty or refuse, got {clash!r}"),
+            (keys_per_message >= 0, f"keys_per_message must be >= 0, got {keys_per_message}"),
+            (interrupts in (True, False), f"interrupts must be true or false, got {interrupts!r}"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"Workshop: {msg}")
         self.view, self.work_seconds, self.penalty = view, work_seconds, duplicate_penalty
         self.onboard, self.posts_teach = onboard_seconds, posts_teach
+        self.shared, self.refuse = desks == "shared", clash == "refuse"
+        self.per_message, self.terse, self.interrupts = keys_per_message, terse, interrupts
+        self.findings = self.shared or self.refuse or interrupts or terse or keys_per_message > 0
+        self.taught = 0  # keys learned from a message or a post (``metrics``)
+        self.working: dict[int, int] = {}  # agent -> the module of its unit in flight
+        self.interrupted: dict[int, int] = {}  # agent -> who interrupted its unit in flight
+        self.wanted_by: dict[int, list[int]] = {}  # key -> agents refused for lacking it, still
+        self.flight: dict[int, list[tuple[int, float, float]]] = {}  # module -> (agent, begun, due)
         self.starts: dict[int, float] = {}  # hired agent -> when its first unit may land
         rng = self.rng
         n = self.modules = modules or size * n_agents
@@ -160,6 +259,8 @@ class Workshop(World):
         desk = self._desk(agent)
         self.desk[agent] = desk
         mine = sorted(self.known.get(agent, ()))
+        if self.terse:
+            return self._terse(agent, desk, mine)
         parts = [f"built {self.n_built}/{self.modules}."]
         if mine:
             parts.append("you know " + " ".join(f"k{j}" for j in mine) + ".")
@@ -167,17 +268,69 @@ class Workshop(World):
         if share:
             parts.append("wanted: " + " ".join(f"k{j}" for j in share) + ".")
         slots = []
+        marks = self.shared or self.refuse
         for i, m in enumerate(desk, 1):
             key = self.key_of[m]
             lack = f", needs k{key}" if key >= 0 and not self.knows(agent, key) else ""
-            slots.append(f"{i}=m{m} ({self._left(m):g} left{lack})")
+            busy = ", busy" if marks and self._busy(agent, m) else ""
+            slots.append(f"{i}=m{m} ({self._left(m):g} left{lack}{busy})")
         parts.append("slots: " + (", ".join(slots) if slots else "none ready"))
         return " ".join(parts)
 
+    def _terse(self, agent: int, desk: tuple[int, ...], mine: list[int]) -> str:
+        """The same facts in fewer bytes, so that a small context holds them and the inbox
+        (``terse``; the byte table in the module docstring): ``built 3/64; know k0 k1; want
+        k1@2; 1=m4 2, 2=m7 3 k1?, 3=m9 1 busy``. ``want k1@2``: agent 2 was refused work for
+        lacking k1, which this agent knows (the last four such requests still open)."""
+        parts = [f"built {self.n_built}/{self.modules}"]
+        if mine:
+            parts.append("know " + " ".join(f"k{j}" for j in mine))
+        asks = [
+            f"k{j}@{self.agent_id(a)}"
+            for j in mine
+            if j not in self.public
+            for a in self.wanted_by.get(j, ())
+        ]
+        if asks:
+            parts.append("want " + " ".join(asks[-4:]))
+        slots = []
+        for i, m in enumerate(desk, 1):
+            key = self.key_of[m]
+            lack = f" k{key}?" if key >= 0 and not self.knows(agent, key) else ""
+            busy = " busy" if self._busy(agent, m) else ""
+            slots.append(f"{i}=m{m} {self._left(m):g}{lack}{busy}")
+        parts.append(", ".join(slots) if slots else "none ready")
+        return "; ".join(parts)
+
+    def _busy(self, agent: int, m: int) -> bool:
+        """Whether another agent is at work on ``m``: a unit of its is in flight there
+        (``clash = "refuse"`` registers them) or landed less than ``work_seconds`` ago (one who
+        keeps at it begins its next unit a turn later)."""
+        other = self.last_by[m]
+        if other not in (-1, agent) and self.now - self.last_at[m] < self.work_seconds:
+            return True
+        return any(a != agent and b <= self.now < e for a, b, e in self.flight.get(m, ()))
+
     def _work_seconds(self, agent: int, slot: int) -> float:
         """A unit of work takes ``work_seconds``; a new hire's first one also waits out the rest
-        of its onboarding."""
-        return self.work_seconds + max(0.0, self.starts.get(agent, 0.0) - self.now)
+        of its onboarding. With ``clash = "refuse"`` the unit is also registered, as it begins,
+        on its module (the engine asks for an action's duration once, as the action begins, in
+        canonical order), so that units that overlap in time can be told apart."""
+        seconds = self.work_seconds + max(0.0, self.starts.get(agent, 0.0) - self.now)
+        if self.interrupts:
+            self.working[agent] = slot
+            self.interrupted.pop(agent, None)
+        if self.refuse:
+            desk = self.desk.get(agent, ())
+            if slot <= len(desk):
+                m = desk[slot - 1]
+                key = self.key_of[m]
+                if not self.built[m] and (key < 0 or self.knows(agent, key)):
+                    horizon = self.now - self.work_seconds - self.onboard
+                    units = [u for u in self.flight.get(m, ()) if u[2] >= horizon]
+                    units.append((agent, self.now, self.now + seconds))
+                    self.flight[m] = units
+        return seconds
 
     def join(self, agent: int) -> None:
         if self.onboard:
@@ -192,11 +345,26 @@ class Workshop(World):
         if slot > len(desk):
             raise ToolError(f"slot {slot} is empty: your desk has {len(desk)} ready module(s)")
         m = desk[slot - 1]
+        if self.interrupts:
+            self.working.pop(agent, None)
+            by = self.interrupted.pop(agent, -1)
+            if by >= 0:
+                self.duplicates += 1
+                raise ToolError(
+                    f"a message from agent {self.agent_id(by)} interrupted your unit on m{m}; "
+                    "it is lost"
+                )
         key = self.key_of[m]
         if key >= 0 and not self.knows(agent, key):
             self.refused += 1
             self.wanted.add(key)
+            asks = self.wanted_by.setdefault(key, [])
+            if agent in asks:
+                asks.remove(agent)
+            asks.append(agent)
             raise ToolError(f"m{m} needs key k{key}, which you do not know: ask for it")
+        if self.refuse:
+            self._refuse_clash(agent, m)
         self.current[agent] = m
         if self.built[m]:
             self.duplicates += 1
@@ -217,20 +385,61 @@ class Workshop(World):
         said = f"clashed with agent {self.agent_id(other)} on m{m}; " if clash else f"m{m}: "
         return said + f"{self._left(m):g} left"
 
+    def _refuse_clash(self, agent: int, m: int) -> None:
+        """``clash = "refuse"``: a unit on a module already built is lost, and so is every unit
+        that overlapped in time another agent's unit on the same module (both are lost: two
+        people editing one file at once); the time they took is spent. A clash is work that
+        did not land."""
+        if self.built[m]:
+            self.duplicates += 1
+            raise ToolError(f"m{m} was already built: your unit is lost")
+        units = self.flight.get(m, [])
+        mine = next((u for u in reversed(units) if u[0] == agent and u[2] == self.now), None)
+        begun = mine[1] if mine else self.now
+        other = next((a for a, b, e in units if a != agent and b < self.now and e > begun), -1)
+        if other >= 0:
+            self.duplicates += 1
+            raise ToolError(f"m{m} clashed with agent {self.agent_id(other)}'s unit; both are lost")
+
     def metrics(self) -> dict[str, float]:
+        """Work lost to duplication or clashes; with a findings knob on (the world as first
+        built reports only that), also ``taught``: keys agents learned from messages or posts,
+        the communication that carried knowledge."""
+        if self.findings:
+            return {"duplicates": self.duplicates, "taught": self.taught}
         return {"duplicates": self.duplicates}
 
     def heard(self, sender: int, to: int | None, text: str) -> None:
-        """A key said by someone who knows it is learned: by the recipient, or by all (a post)."""
+        """A key said by someone who knows it is learned: by the recipient, or by all (a post).
+        With ``keys_per_message`` k > 0, one message teaches at most k keys the recipient did
+        not know, the first it names. With ``interrupts``, a message (or a post, for everyone
+        else) heard while a unit of work is in flight loses that unit."""
+        if self.interrupts:
+            for a in self.working if to is None else (to,) if to in self.working else ():
+                if a != sender:
+                    self.interrupted.setdefault(a, sender)
+        taught = 0
         for match in _KEY.finditer(text):
             key = int(match.group(1))
             if key < self.n_keys and self.knows(sender, key):
                 if to is None and not self.posts_teach:
                     continue
+                if self.per_message and taught >= self.per_message:
+                    break
                 if to is None:
+                    new = key not in self.public
+                    taught += new
+                    self.taught += new
                     self.public.add(key)
+                    self.wanted_by.pop(key, None)
                 else:
+                    new = not self.knows(to, key)
+                    taught += new
+                    self.taught += new
                     self.known.setdefault(to, set()).add(key)
+                    asks = self.wanted_by.get(key)
+                    if asks and to in asks:
+                        asks.remove(to)
 
     def score(self) -> float:
         return self.n_built / self.modules
@@ -243,12 +452,22 @@ class Workshop(World):
     def _desk(self, agent: int) -> tuple[int, ...]:
         """Up to ``view`` ready modules: the one it works on first, then ready modules strided so
         that, while at least as many are ready as there are agents, no two agents share slot 1
-        (and with ``view`` times as many, no two share any slot)."""
+        (and with ``view`` times as many, no two share any slot). With ``desks = "shared"``
+        every agent sees the same ready modules in the same order (of the first ``4 * view``
+        ready ones, those nobody else is at work on first), after its own in slot 1: agents
+        that start at once are shown the same slot 1, so who takes which must be settled."""
         ready, n = self.ready, len(self.ready)
         if not n:
             return ()
         cur = self.current.get(agent, -1)
         desk = [cur] if cur in self.pos else []
+        if self.shared:
+            free: list[int] = []
+            busy: list[int] = []
+            for m in ready[: 4 * self.view]:
+                if m != cur:
+                    (busy if self._busy(agent, m) else free).append(m)
+            return tuple((desk + free + busy)[: self.view])
         stride = self.n_agents if self.n_agents * (self.view - 1) < n else 1
         for i in range(2 * self.view):
             m = ready[(agent + i * stride) % n]

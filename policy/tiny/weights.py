@@ -54,18 +54,23 @@ def save_weights(
     config: TinyConfig, version: int, state: dict[str, torch.Tensor], path: str | Path
 ) -> Path:
     """Write atomically (a crash never leaves half a checkpoint under the final name)."""
+    from collective.outputs import save_torch
+
     path = Path(path)
     meta = CheckpointMeta(config=config, version=version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"meta": msgspec.json.encode(meta).decode(), "state_dict": state}, tmp)
-    tmp.replace(path)
+    save_torch({"meta": msgspec.json.encode(meta).decode(), "state_dict": state}, path)
     return path
 
 
 def load_weights(path: str | Path) -> tuple[TinyTransformer, int]:
     """The network and its version, checked (see the module's docstring)."""
+    from collective.outputs import InputError, check_input
+
     path = Path(path)
+    try:
+        check_input(path, "checkpoint")  # a FIFO would block torch.load forever
+    except InputError as e:
+        raise CheckpointError(str(e)) from None
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
