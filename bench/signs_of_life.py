@@ -1,23 +1,36 @@
 """Signs of life, earned: do collectives trained with RLCR learn to use parallel inference?
 
-Trains the tiny policy with RLCR (collective/train.py) on a workshop world where no finding is
-built in (worlds/workshop.py says which knob could force which finding): one fixed 32-module
-task for every team size, every key with agent 0 (so a lone agent can build everything), and a
-hire that takes ``ONBOARD`` simulated seconds before its first unit lands. Each variant is
-trained with several seeds; every figure is then measured on held-out task instances through
-one protocol for three kinds of policy side by side: uniformly random, untrained (each seed's
-initial weights) and trained. Every figure has a mean over training seeds and its 95%
+Trains the tiny policy with RLCR (collective/train.py) on the workshop's ``FINDINGS`` variant
+(worlds/workshop.py: its docstring tables which knob would force which finding, and what each
+part of a prompt takes in bytes): one fixed 64-module task for every team size, every key with
+agent 0 and keys passed by direct message only (so a lone agent can build everything and a team
+must pass knowledge to use its hands), shared desks where overlapping units are refused and a
+message heard mid-unit loses the unit (so an uncoordinated big team really pays), terse desks
+that say who wants which key. Tokens cost time (latency ``tiny-paced``: 50 ms an output token),
+so a solo spending a team's tokens needs measurably longer. The tiny model's context is 256
+bytes, which holds the inbox in every prompt measured (128 showed it in about one in twenty).
+The main run is a flat team of 1, 2, 3, 4 or 8 from the start, so the collective never contains
+the solo it is compared with (a CEO starts alone: it is an organisation ablation here).
+
+Each variant is trained with several seeds; every figure is then measured on held-out task
+instances through one protocol for every kind of policy side by side: uniformly random,
+untrained (each seed's initial weights), trained, and the scripted controls of
+policy/scripted.py (``SCRIPTS``: an oracle that avoids clashes and passes keys, hire-everyone
+working slot 1, never-pass-keys, no communication). A finding a control lacking the skill
+(``CONTROLS``) also shows is built into the world: its "yes" is no yes. Where the oracle shows
+it, the finding is attainable. Every figure has a mean over training seeds and its 95%
 Student-t interval over the per-seed values, reported with them (collective/intervals.py; with
 3 seeds the earlier bootstrap over seeds x instances covered 78-90% where it said 95%:
 bench/coverage.py). Each finding is judged by paired contrasts, by (seed, instance): the
 trained policy against the same seed's untrained weights and against random on the same
 instances (and the claim's size, where it has one). Its p-value is the largest of its parts'
 two-sided t-tests over seeds (1 for a part on the wrong side), and "yes" needs it below 5% after
-Holm's correction over the PRIMARY findings, named in advance. Useful work is the world tool
-calls that landed, communication the message and post tokens per agent-second
-(collective/signs.py). The solo's time to the collective's score is censored at the horizon
-when it never gets there, and compared by restricted mean time (Kaplan-Meier), its censored
-share reported.
+Holm's correction over the PRIMARY findings, named in advance (SECONDARY ones are judged alone,
+so said). Useful work is the world tool calls that landed, communication the message and post
+tokens per agent-second (collective/signs.py; keys taught by message, ``taught``, beside it).
+The solo runs until it has spent the collective's output tokens or ``HORIZON`` times the limit;
+its time to the collective's score is censored when it never gets there, compared by
+restricted mean time (Kaplan-Meier), its censored share reported.
 
 The findings, as the reference work states them:
 
@@ -28,16 +41,18 @@ The findings, as the reference work states them:
 3. a solo agent given the collective's token budget needs about 4x as long to reach the
    collective's score, after an early phase where the solo leads;
 4. ablations: no latency pressure (a constant limit ``LOOSE``, evaluated at its own limit and at
-   the main run's, with the share of its episodes that the limit ends), a per-agent advantage
-   (leave-one-out credit, collective/credit.py), and three other organisations instead of the
-   CEO: flat, the orchestrator (the trained policy answers only for the orchestrator, agent 0;
+   the main run's, with the share of its episodes that the limit ends), pressure by a latency
+   penalty in the return instead of the limit (``latency_penalty``, ``PENALTY``, at ``LOOSE``), a
+   per-agent advantage (leave-one-out credit, collective/credit.py, less the group's mean credit
+   so it sums to zero), and three other organisations instead of the flat team: a CEO who
+   hires, the orchestrator (the trained policy answers only for the orchestrator, agent 0;
    its sub-agents answer with the run's initial weights, frozen, and their turns are never
    training data) and islands (two groups, each on its own variant of the task; the
    organisation scores the better island). Each organisation's random and untrained baselines
    run through its own protocol (the same organisation, instances and limit).
 
 Each training seed starts from its own initial weights (TrainConfig sets the model's seed to the
-run's), so the untrained baseline is three different untrained policies.
+run's), so the untrained baseline is as many different untrained policies as there are seeds.
 
 Resumable run by run (bench/resumable.py): a training run is re-used only when the digest of
 its full resolved TrainConfig (``runs/NAME-sSEED/config.digest``) matches, resumed (as
@@ -46,7 +61,8 @@ one moved aside) when it differs; a measurement (``measured/PART-nN.npz``) only 
 over the run's digest, the trained checkpoint's bytes, its settings and MEASURE_VERSION, stored
 beside it, matches. Stop it at any time and run the same command again.
 
-    python bench/signs_of_life.py                 # the full run (see README for its time)
+    python bench/signs_of_life.py                 # everything: 7 variants x 3 seeds x 60 steps
+    python bench/signs_of_life.py --only main --seeds 6   # the main run at the seed's scale
     python bench/signs_of_life.py --quick --out /tmp/sol
     python bench/signs_of_life.py --complete-only  # summarise the runs that finished, train none
 """
