@@ -108,8 +108,12 @@ def test_quick_experiment_writes_every_figure(tmp_path: Path) -> None:
     assert loose["limit"] == configs["no_pressure"].time_limit_end
     assert loose["training"]["episodes"] == 2 * 5 * 2  # steps x groups x rollouts
     assert 0 <= loose["training"]["share_at_limit"] <= 1
-    for name in ("ceo", "orchestrator", "islands"):  # baselines through their own protocol
+    for name in ("ceo", "islands"):  # baselines through their own protocol
         assert summary["heldout"][name]["untrained"] != summary["heldout"]["main"]["untrained"]
+    # the orchestrator with one policy answering every agent is the flat main run's team: its
+    # own untrained (and random) baseline is the flat one, measured again through its protocol
+    for kind in ("untrained", "random"):
+        assert summary["heldout"]["orchestrator"][kind] == summary["heldout"]["main"][kind]
     frozen = summary["orchestrator_frozen"]
     assert frozen["sub_agents_frozen"] is True, frozen
 
