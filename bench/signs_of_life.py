@@ -1,23 +1,36 @@
 """Signs of life, earned: do collectives trained with RLCR learn to use parallel inference?
 
-Trains the tiny policy with RLCR (collective/train.py) on a workshop world where no finding is
-built in (worlds/workshop.py says which knob could force which finding): one fixed 32-module
-task for every team size, every key with agent 0 (so a lone agent can build everything), and a
-hire that takes ``ONBOARD`` simulated seconds before its first unit lands. Each variant is
-trained with several seeds; every figure is then measured on held-out task instances through
-one protocol for three kinds of policy side by side: uniformly random, untrained (each seed's
-initial weights) and trained. Every figure has a mean over training seeds and its 95%
+Trains the tiny policy with RLCR (collective/train.py) on the workshop's ``FINDINGS`` variant
+(worlds/workshop.py: its docstring tables which knob would force which finding, and what each
+part of a prompt takes in bytes): one fixed 64-module task for every team size, every key with
+agent 0 and keys passed by direct message only (so a lone agent can build everything and a team
+must pass knowledge to use its hands), shared desks where overlapping units are refused and a
+message heard mid-unit loses the unit (so an uncoordinated big team really pays), terse desks
+that say who wants which key. Tokens cost time (latency ``tiny-paced``: 50 ms an output token),
+so a solo spending a team's tokens needs measurably longer. The tiny model's context is 256
+bytes, which holds the inbox in every prompt measured (128 showed it in about one in twenty).
+The main run is a flat team of 1, 2, 3, 4 or 8 from the start, so the collective never contains
+the solo it is compared with (a CEO starts alone: it is an organisation ablation here).
+
+Each variant is trained with several seeds; every figure is then measured on held-out task
+instances through one protocol for every kind of policy side by side: uniformly random,
+untrained (each seed's initial weights), trained, and the scripted controls of
+policy/scripted.py (``SCRIPTS``: an oracle that avoids clashes and passes keys, hire-everyone
+working slot 1, never-pass-keys, no communication). A finding a control lacking the skill
+(``CONTROLS``) also shows is built into the world: its "yes" is no yes. Where the oracle shows
+it, the finding is attainable. Every figure has a mean over training seeds and its 95%
 Student-t interval over the per-seed values, reported with them (collective/intervals.py; with
 3 seeds the earlier bootstrap over seeds x instances covered 78-90% where it said 95%:
 bench/coverage.py). Each finding is judged by paired contrasts, by (seed, instance): the
 trained policy against the same seed's untrained weights and against random on the same
 instances (and the claim's size, where it has one). Its p-value is the largest of its parts'
 two-sided t-tests over seeds (1 for a part on the wrong side), and "yes" needs it below 5% after
-Holm's correction over the PRIMARY findings, named in advance. Useful work is the world tool
-calls that landed, communication the message and post tokens per agent-second
-(collective/signs.py). The solo's time to the collective's score is censored at the horizon
-when it never gets there, and compared by restricted mean time (Kaplan-Meier), its censored
-share reported.
+Holm's correction over the PRIMARY findings, named in advance (SECONDARY ones are judged alone,
+so said). Useful work is the world tool calls that landed, communication the message and post
+tokens per agent-second (collective/signs.py; keys taught by message, ``taught``, beside it).
+The solo runs until it has spent the collective's output tokens or ``HORIZON`` times the limit;
+its time to the collective's score is censored when it never gets there, compared by
+restricted mean time (Kaplan-Meier), its censored share reported.
 
 The findings, as the reference work states them:
 
@@ -28,16 +41,18 @@ The findings, as the reference work states them:
 3. a solo agent given the collective's token budget needs about 4x as long to reach the
    collective's score, after an early phase where the solo leads;
 4. ablations: no latency pressure (a constant limit ``LOOSE``, evaluated at its own limit and at
-   the main run's, with the share of its episodes that the limit ends), a per-agent advantage
-   (leave-one-out credit, collective/credit.py), and three other organisations instead of the
-   CEO: flat, the orchestrator (the trained policy answers only for the orchestrator, agent 0;
+   the main run's, with the share of its episodes that the limit ends), pressure by a latency
+   penalty in the return instead of the limit (``latency_penalty``, ``PENALTY``, at ``LOOSE``), a
+   per-agent advantage (leave-one-out credit, collective/credit.py, less the group's mean credit
+   so it sums to zero), and three other organisations instead of the flat team: a CEO who
+   hires, the orchestrator (the trained policy answers only for the orchestrator, agent 0;
    its sub-agents answer with the run's initial weights, frozen, and their turns are never
    training data) and islands (two groups, each on its own variant of the task; the
    organisation scores the better island). Each organisation's random and untrained baselines
    run through its own protocol (the same organisation, instances and limit).
 
 Each training seed starts from its own initial weights (TrainConfig sets the model's seed to the
-run's), so the untrained baseline is three different untrained policies.
+run's), so the untrained baseline is as many different untrained policies as there are seeds.
 
 Resumable run by run (bench/resumable.py): a training run is re-used only when the digest of
 its full resolved TrainConfig (``runs/NAME-sSEED/config.digest``) matches, resumed (as
@@ -46,7 +61,8 @@ one moved aside) when it differs; a measurement (``measured/PART-nN.npz``) only 
 over the run's digest, the trained checkpoint's bytes, its settings and MEASURE_VERSION, stored
 beside it, matches. Stop it at any time and run the same command again.
 
-    python bench/signs_of_life.py                 # the full run (see README for its time)
+    python bench/signs_of_life.py                 # everything: 7 variants x 3 seeds x 60 steps
+    python bench/signs_of_life.py --only main --seeds 6   # the main run at the seed's scale
     python bench/signs_of_life.py --quick --out /tmp/sol
     python bench/signs_of_life.py --complete-only  # summarise the runs that finished, train none
 """
@@ -99,27 +115,41 @@ from collective.intervals import (  # noqa: E402
 from collective.records import load_episode  # noqa: E402
 from collective.signs import signs  # noqa: E402
 from collective.train import TrainConfig, bucket, load_config, read_metrics  # noqa: E402
+from policy.scripted import ScriptedPolicy, workshop_scripts  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
 from policy.uniform import RandomPolicy  # noqa: E402
+from worlds.workshop import FINDINGS  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "signs_of_life"
 EVAL_T = 180.0  # the main run's last time limit: every policy is evaluated at it
-HORIZON = 4  # the solo may run this many times the collective's limit (its ratio's ceiling)
+HORIZON = 16  # the solo may run this many times the collective's limit: it rarely gets there
 LOOSE = 720.0  # the no-pressure run's constant limit: the largest this run can afford (README)
-ONBOARD = 20.0
-FAIR = {"modules": 32, "holders": "first", "onboard_seconds": ONBOARD}
-MODEL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=128)
+WORLD = dict(FINDINGS)  # worlds/workshop.py: each finding learnable, none forced (its tables)
+LATENCY = "tiny-paced"  # 50 ms an output token: tokens cost time, so a token budget binds
+PENALTY = 0.5  # the latency-penalty variant's beta (R = R_task - beta * pbar * T / T_max)
+# A context of 256 bytes holds the inbox in every prompt measured (128: about one in twenty;
+# the workshop docstring's table). Recorded in every checkpoint: older ones load with 128.
+MODEL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=256)
+SCRIPTS = tuple(workshop_scripts())  # oracle, hire_everyone, never_pass_keys, no_communication
+#: Scripted controls that lack a skill a finding is about: a "yes" one of them also gets is
+#: built into the world, not learned. The oracle is hand-written skill: where it shows a finding
+#: the world allows it (it is "attainable"), which is what an oracle is for.
+CONTROLS = tuple(k for k in SCRIPTS if k != "oracle")
 KINDS = ("random", "untrained", "trained")
+SEEDLESS = ("random", *SCRIPTS)  # one row each: no training seed, no weights
 
 
 def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
-    """The main run: the fair workshop, a CEO hiring up to k - 1 (teams 1-8), a rising limit."""
+    """The main run: the FINDINGS workshop, a flat team of 1, 2, 3, 4 or 8 from the start (so
+    the collective never contains the solo it is compared with, as a CEO who starts alone
+    would), tokens that cost time (``tiny-paced``), a rising limit."""
     return dict(
         world="workshop",
-        params=dict(FAIR),
-        org="ceo",
+        params=dict(WORLD),
+        org="flat",
         team_sizes=(1, 2, 3, 4, 8),
-        steps=steps or (2 if quick else 10),  # 10: what fits a loaded 2-core machine (README)
+        latency=LATENCY,
+        steps=steps or (2 if quick else 60),  # 60: the seed's scale
         groups_per_step=5,
         group_size=2,
         seed=0,
@@ -130,30 +160,29 @@ def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
         max_output_tokens=24,
         concurrency=20,
         plots=False,
-        snapshot_every=1000,
+        snapshot_every=10,  # checkpoints at steps 10, 20, ...: training curves held-out later
         model=MODEL,
     )
 
 
 def variants(quick: bool, steps: int | None = None) -> dict[str, dict[str, Any]]:
+    """The main run and its ablations, each one change away from it."""
     base = base_config(quick, steps)
+    loose = {"time_limit": "constant", "time_limit_start": LOOSE, "time_limit_end": LOOSE}
     out = {
         "main": base,
-        "no_pressure": {
-            **base,
-            "time_limit": "constant",
-            "time_limit_start": LOOSE,
-            "time_limit_end": LOOSE,
-        },
+        "no_pressure": {**base, **loose},
+        # pressure by the return instead of the limit: a loose limit, and beta > 0
+        "latency_penalty": {**base, **loose, "latency_penalty": PENALTY},
         "per_agent": {**base, "advantage": "individual"},
-        "flat": {**base, "org": "flat"},
+        "ceo": {**base, "org": "ceo"},
         "orchestrator": {**base, "org": "orchestrator"},
         "islands": {**base, "org": "islands", "team_sizes": (2, 3, 4, 8)},
     }
     return out
 
 
-ORGS = ("flat", "orchestrator", "islands")  # runs whose baselines need their own protocol
+ORGS = ("ceo", "orchestrator", "islands")  # runs whose baselines need their own protocol
 
 
 def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
@@ -184,7 +213,8 @@ def run_all(
     process of this script (``--train-one``, given ``forward``: the options that shape the
     runs). Runs are independent and seeded, so the order and the parallelism change nothing."""
     todo = [(name, seed) for name in specs for seed in seeds]
-    todo.sort(key=lambda job: job[0] != "no_pressure")  # the longest runs first: better packing
+    # the longest runs (a loose limit) first: better packing
+    todo.sort(key=lambda job: job[0] not in ("no_pressure", "latency_penalty"))
     dirs = {name: [out / "runs" / f"{name}-s{seed}" for seed in seeds] for name in specs}
     t0 = time.perf_counter()
 
@@ -268,19 +298,32 @@ def policies(run: Path, kind: str) -> Any:
     return {"trained": trained, "frozen": untrained}  # the orchestrator's sub-agents: frozen
 
 
+def play(cfgs: list[EpisodeConfig], run: Path, kind: str, concurrency: int = 20) -> list[Episode]:
+    """Episodes of ``cfgs`` (in their order) under one kind of policy. A scripted control keeps
+    state per agent id, so each of its episodes gets a fresh script (and runs alone)."""
+    scripts = workshop_scripts()
+    if kind in scripts:
+        return [
+            run_episodes([c], ScriptedPolicy(scripts[kind](), name=kind), concurrency=1)[0]
+            for c in cfgs
+        ]
+    return run_episodes(cfgs, policies(run, kind), concurrency=concurrency)
+
+
 def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.ndarray]:
     """Per (seed, team, instance): score, useful work (the output tokens of world tool calls
     that landed, collective/signs.py; ``attempted``: those begun, refused ones included),
     communication (message and post tokens per agent-second alive; ``talk``: per episode), and
     whether the time limit ended the episode or the task was done (the rest ended idle: every
     agent waiting for a message nobody would send); ``useful_per_agent``: landed work tokens per
-    agent that took part. Random has one row (it has no seed)."""
+    agent that took part; ``taught``: keys agents learned from messages (the talk that carried
+    knowledge). Random and the scripts have one row (no seed)."""
     cfg = load_config(runs[0] / "config.toml")
-    rows = runs[:1] if kind == "random" else runs
+    rows = runs[:1] if kind in SEEDLESS else runs
     got: dict[str, list[np.ndarray]] = {}
     for run in rows:
         cfgs = [episode(cfg, t, i, limit) for t in cfg.team_sizes for i in range(n)]
-        eps = run_episodes(cfgs, policies(run, kind), concurrency=20)
+        eps = play(cfgs, run, kind)
         shape = (len(cfg.team_sizes), n)
         sg = [signs(e) for e in eps]
         for key, vals in (
@@ -290,6 +333,7 @@ def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.
             ("useful_per_agent", [x.landed_per_agent for x in sg]),
             ("comm", [x.talk_per_agent_second for x in sg]),
             ("talk", [x.talk_tokens for x in sg]),
+            ("taught", [e.world_metrics.get("taught", 0) for e in eps]),
             ("at_limit", [e.end == "time_limit" for e in eps]),
             ("done", [e.end == "done" for e in eps]),
         ):
@@ -361,6 +405,15 @@ def figure(table: np.ndarray) -> Interval:
     return iv
 
 
+def heldout_main_figures(ev: dict[str, np.ndarray]) -> dict[str, Interval]:
+    """A policy's held-out score, talk and keys taught (as the trained policy's are shown)."""
+    return {
+        "score": mean_score(ev),
+        "comm": figure(ev["comm"].mean(axis=1)),
+        "taught": figure(ev["taught"].mean(axis=1)),
+    }
+
+
 def mean_score(ev: dict[str, np.ndarray]) -> Interval:
     """Held-out score, every team size alike: mean over teams per (seed, instance)."""
     return figure(ev["score"].mean(axis=1))
@@ -419,12 +472,13 @@ def versus(
 
 def measurements(runs: dict[str, list[Path]]) -> list[str]:
     """Every held-out measurement the findings need, longest first: ``NAME|KIND|LIMIT`` (an
-    evaluation) or ``latency|KIND`` (the main run's latency curves)."""
-    jobs = [f"latency|{k}" for k in KINDS]
+    evaluation) or ``latency|KIND`` (the main run's latency curves). The scripted controls run
+    through the main run's protocol (its organisation, instances and limits)."""
+    jobs = [f"latency|{k}" for k in (*KINDS, *SCRIPTS)]
     if "no_pressure" in runs:
         jobs += [f"no_pressure|{k}|{LOOSE:g}" for k in KINDS]
     for name in runs:
-        kinds = KINDS if name == "main" or name in ORGS else ("trained",)
+        kinds = (*KINDS, *SCRIPTS) if name == "main" else KINDS if name in ORGS else ("trained",)
         jobs += [f"{name}|{k}|{EVAL_T:g}" for k in kinds]
     return jobs
 
@@ -433,7 +487,7 @@ def parts(job: str, runs: dict[str, list[Path]]) -> list[str]:
     """A measurement's parts, one per training run (``JOB#SEED``); random has one (no seed)."""
     name, kind = job.split("|")[:2]
     rs = runs["main" if name == "latency" else name]
-    return [f"{job}#{_seed(r)}" for r in (rs[:1] if kind == "random" else rs)]
+    return [f"{job}#{_seed(r)}" for r in (rs[:1] if kind in SEEDLESS else rs)]
 
 
 def _seed(run: Path) -> int:
@@ -495,8 +549,9 @@ def measure_all(
 
 
 # bump when what a measurement computes changes (2: episodes in config order; 3: landed work,
-# message and post tokens per agent-second; 4: re-used by digest)
-MEASURE_VERSION = 4
+# message and post tokens per agent-second; 4: re-used by digest; 5: keys taught, scripted
+# controls, a 16x horizon on a 2 s grid)
+MEASURE_VERSION = 5
 
 
 def measured_file(out: Path, part: str, n: int) -> Path:
@@ -556,17 +611,12 @@ def latency_curves(runs: list[Path], kind: str, n: int, team: int) -> dict[str, 
     collective's output tokens (or the horizon). Curves per (seed, instance)."""
     cfg = load_config(runs[0] / "config.toml")
     horizon = EVAL_T * HORIZON
-    grid = np.linspace(0, horizon, 481)
+    grid = np.linspace(0, horizon, 1441)  # 2 s apart
     teams, solos = [], []
-    for run in runs[:1] if kind == "random" else runs:
-        pol = policies(run, kind)
-        col = run_episodes(
-            [episode(cfg, team, i, EVAL_T, base=50_000) for i in range(n)], pol, concurrency=n
-        )
-        solo = run_episodes(
-            [episode(cfg, 1, i, horizon, task=team, base=50_000) for i in range(n)],
-            pol,
-            concurrency=n,
+    for run in runs[:1] if kind in SEEDLESS else runs:
+        col = play([episode(cfg, team, i, EVAL_T, base=50_000) for i in range(n)], run, kind, n)
+        solo = play(
+            [episode(cfg, 1, i, horizon, task=team, base=50_000) for i in range(n)], run, kind, n
         )
         tc, sc = [], []
         for c, s in zip(col, solo, strict=True):
@@ -815,15 +865,21 @@ PRIMARY = (
     "learning",
     "big_team_starts_below",
     "big_team_reaches_2x",
-    "communication_rises",
+    "communication_rises",  # message and post tokens per agent-second: the seed's measure
     "solo_4x_slower",
     "solo_leads_early",
     "latency_pressure",
+    "latency_penalty",
     "per_agent",
-    "flat",
+    "ceo",
     "orchestrator",
     "islands",
 )
+#: Named in advance too, judged on their own (uncorrected p, said so): keys taught by message,
+#: the talk that carries knowledge. The scripted oracle talks less than the untrained policy
+#: yet teaches far more keys, so the two readings of "communication" can disagree; the primary
+#: one is the seed's (tokens), this one says whether the talk carries anything.
+SECONDARY = ("keys_taught_rise",)
 
 
 def finding(
@@ -836,12 +892,26 @@ def finding(
     *,
     above: bool = True,
     note: str = "",
+    scripts: dict[str, Interval | None] | None = None,
+    reproduces: Callable[[float], bool] | None = None,
 ) -> dict[str, Any]:
     """One finding: its figure (``value``: the trained policy's, or what the claim is about),
     the baselines' figures beside it, and the parts it is judged by: each a paired contrast or
     a per-seed figure with the null it must clear on the claimed side (``above``). The verdict
-    is given later, for every finding together (:func:`judge_findings`)."""
-    assert key in PRIMARY, key
+    is given later, for every finding together (:func:`judge_findings`).
+
+    ``scripts``: the scripted controls' figures, measured through the same protocol;
+    ``reproduces`` says whether a figure shows the claim without learning (None: the claim is
+    about change under training, so a script's level is shown, not judged). A yes that a
+    control lacking the skill (``CONTROLS``) also gets is built in, and no yes."""
+    assert key in PRIMARY or key in SECONDARY, key
+    shown = {}
+    for k, fig in (scripts or {}).items():
+        v = fig if fig is None or isinstance(fig, float) else fig.mean
+        shown[k] = {
+            "figure": msgspec.to_builtins(fig) if isinstance(fig, Interval) else fig,
+            "reproduces": None if reproduces is None or v is None else bool(reproduces(v)),
+        }
     return {
         "key": key,
         "finding": name,
@@ -859,6 +929,9 @@ def finding(
         },
         "seed_figure": seed_figure,
         "note": note,
+        "scripts": shown,
+        "reproduced_by": [k for k, d in shown.items() if d["reproduces"]],
+        "judged_against_scripts": reproduces is not None,
         "_parts": (list(parts.values()), above),
     }
 
@@ -866,14 +939,37 @@ def finding(
 def judge_findings(findings: list[dict[str, Any]]) -> None:
     """Every finding's verdict at once: "yes" only when each of its parts is on the claimed side
     and the largest of their t-test p-values (over training seeds), Holm-adjusted over the
-    PRIMARY family, is below 5%."""
+    PRIMARY family, is below 5%, and no scripted control that lacks the skill (``CONTROLS``)
+    shows the finding too (then it is built into the world: "no", the script named). A
+    SECONDARY finding is judged alone (its p uncorrected, so said)."""
     claims = {key: ([], True) for key in PRIMARY}
+    second = {}
     for f in findings:
-        claims[f["key"]] = f.pop("_parts")
+        (second if f["key"] in SECONDARY else claims)[f["key"]] = f.pop("_parts")
     judged = judge_tests(claims)
+    judged.update({k: judge_tests({k: c})[k] for k, c in second.items()})
     for f in findings:
         v, p, q, why = judged[f["key"]]
-        f.update(verdict=v, p=p, p_holm=q, why=why + (f"; {f['note']}" if f["note"] else ""))
+        built_in = [k for k in f["reproduced_by"] if k in CONTROLS]
+        if f["key"] in SECONDARY:
+            why = "secondary, not corrected: " + why
+        if built_in:
+            why = f"built in: the {', '.join(built_in)} script(s) show it without learning; " + why
+            v = "no"
+        elif f["judged_against_scripts"]:
+            why = (
+                "no control script shows it"
+                + ("; the oracle does (attainable)" if "oracle" in f["reproduced_by"] else "")
+                + "; "
+                + why
+            )
+        f.update(
+            verdict=v,
+            p=p,
+            p_holm=q,
+            built_in_by=built_in,
+            why=why + (f"; {f['note']}" if f["note"] else ""),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -882,7 +978,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
     p.add_argument("--seeds", type=int, default=0, help="training seeds (default 3; quick 1)")
-    p.add_argument("--steps", type=int, default=0, help="training steps (default 10; quick 2)")
+    p.add_argument("--steps", type=int, default=0, help="training steps (default 60; quick 2)")
     p.add_argument("--instances", type=int, default=0, help="held-out instances (default 8)")
     p.add_argument(
         "--jobs", type=int, default=2, help="training runs at once (default 2: the two cores)"
@@ -944,12 +1040,13 @@ def main(argv: list[str] | None = None) -> int:
     heldout: dict[str, dict[str, dict[str, Interval]]] = {}
     raw: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for name in runs:
-        kinds = KINDS if name == "main" or name in ORGS else ("trained",)
+        kinds = (*KINDS, *SCRIPTS) if name == "main" else KINDS if name in ORGS else ("trained",)
         raw[name] = {k: got[f"{name}|{k}|{EVAL_T:g}"] for k in kinds}
         heldout[name] = {
             k: {
                 "score": mean_score(ev),
                 "comm": figure(ev["comm"].mean(axis=1)),
+                "taught": figure(ev["taught"].mean(axis=1)),
                 "useful_per_agent": figure(ev["useful_per_agent"].mean(axis=1)),
                 # the same score's interval by resampling seeds, then instances (a check on
                 # the t-interval; missing with one row)
@@ -958,7 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
             for k, ev in raw[name].items()
         }
         print(f"[{name}] held-out: {heldout[name]['trained']['score'].text()}", flush=True)
-    for name in ("per_agent", "no_pressure"):
+    for name in ("per_agent", "no_pressure", "latency_penalty"):
         if name in raw:  # the main run's organisation and limit: the main run's baselines
             for k in ("random", "untrained"):
                 heldout[name][k] = heldout["main"][k]
@@ -993,15 +1090,16 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"[no_pressure] at {LOOSE:g} s: {own_limit.text()}", flush=True)
     buckets = list(dict.fromkeys(bucket(t) for t in teams))
-    useful_h = {b: {k: useful_rel(raw["main"][k], teams, b) for k in KINDS} for b in buckets}
+    every = (*KINDS, *SCRIPTS)
+    useful_h = {b: {k: useful_rel(raw["main"][k], teams, b) for k in every} for b in buckets}
     talk_by_team = {  # held-out message and post tokens per agent-second, by team size
         b: {
             k: figure(raw["main"][k]["comm"][:, [bucket(t) == b for t in teams]].mean(axis=1))
-            for k in KINDS
+            for k in every
         }
         for b in buckets
     }
-    latency = {k: got[f"latency|{k}"] for k in KINDS}
+    latency = {k: got[f"latency|{k}"] for k in every}
     lat = {k: latency_figures(lc) for k, lc in latency.items()}
 
     curves = {
@@ -1038,9 +1136,14 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
 
-    rel = {k: useful_rel_seeds(raw["main"][k], teams, "5-8") for k in KINDS}
+    rel = {k: useful_rel_seeds(raw["main"][k], teams, "5-8") for k in every}
     ur = useful_h.get("5-8", {})
-    per_lat = {k: lat[k]["per_seed"] for k in KINDS}
+    per_lat = {k: lat[k]["per_seed"] for k in every}
+    hs = {k: heldout_main_figures(raw["main"][k]) for k in SCRIPTS}
+
+    def of_scripts(fig: Callable[[str], Interval | None]) -> dict[str, Interval | None]:
+        return {k: fig(k) for k in SCRIPTS}
+
     missing = Interval(mean=None, lo=None, hi=None)
     findings = [
         finding(
@@ -1050,6 +1153,9 @@ def main(argv: list[str] | None = None) -> int:
             base,
             "(learning itself)",
             beats_baselines("main"),
+            scripts=of_scripts(lambda k: hs[k]["score"]),
+            note="scripts: the oracle's score is what the world allows; no script learns, so "
+            "none can reproduce learning",
         ),
         finding(
             "big_team_starts_below",
@@ -1061,7 +1167,10 @@ def main(argv: list[str] | None = None) -> int:
             if "5-8" in useful_h
             else {},
             above=False,
-            note="the start is each seed's initial weights, evaluated held-out at the limit the "
+            scripts=of_scripts(lambda k: ur.get(k)),
+            note="scripts shown, not judged: a claim about the untrained start (the oracle above 1 "
+            "shows the world does not force a big team below); "
+            "the start is each seed's initial weights, evaluated held-out at the limit the "
             f"others are; training curve's first 20% (at its own limits): {big_early.text()}",
         ),
         finding(
@@ -1077,6 +1186,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             if "5-8" in useful_h
             else {},
+            scripts=of_scripts(lambda k: ur.get(k)),
+            reproduces=lambda x: x >= 1.5,
             note=f"1.5 is the claim's size; training's last 20%: {big_late.text()}",
         ),
         finding(
@@ -1086,7 +1197,11 @@ def main(argv: list[str] | None = None) -> int:
             {"random": h["random"]["comm"], "untrained": h["untrained"]["comm"]},
             "rises, ~12k -> ~21k tokens/h over the first 18 steps",
             beats_baselines("main", "comm"),
-            note=f"training curve, first -> last 20%: {comm_early.text('.3g')} -> "
+            scripts=of_scripts(lambda k: hs[k]["comm"]),
+            note="the primary measure, named before the run: message and post tokens, the seed's "
+            "own measure (keys taught, the talk that carries knowledge, is the secondary "
+            "`keys_taught_rise`); scripts shown, not judged: a claim about change under "
+            f"training; training curve, first -> last 20%: {comm_early.text('.3g')} -> "
             f"{comm_late.text('.3g')}",
         ),
         finding(
@@ -1107,11 +1222,15 @@ def main(argv: list[str] | None = None) -> int:
                     0.0,
                 ),
             },
+            scripts=of_scripts(lambda k: lat[k]["time_ratio"]),
+            reproduces=lambda x: x >= 2.5,
             note="restricted mean times (Kaplan-Meier to the "
             f"{EVAL_T * HORIZON:g} s horizon) of the solo over the collective, per instance's own "
             f"score; solo censored: {_pct(lat['trained']['solo_censored'])} (trained), "
             f"{_pct(lat['untrained']['solo_censored'])} (untrained), "
-            f"{_pct(lat['random']['solo_censored'])} (random); 2.5 is the claim's size",
+            f"{_pct(lat['random']['solo_censored'])} (random), "
+            + ", ".join(f"{_pct(lat[k]['solo_censored'])} ({k})" for k in SCRIPTS)
+            + "; 2.5 is the claim's size",
         ),
         finding(
             "solo_leads_early",
@@ -1135,9 +1254,23 @@ def main(argv: list[str] | None = None) -> int:
                     0.0,
                 ),
             },
+            scripts=of_scripts(lambda k: lat[k]["solo_early_lead"]),
+            reproduces=lambda x: x > 0.0,
             note="the collective is ahead at the limit: "
             f"{lat['trained']['collective_final'].text()} vs solo "
             f"{lat['trained']['solo_at_t_max'].text()}",
+        ),
+        finding(
+            "keys_taught_rise",
+            "knowledge-carrying talk rises with training (held-out keys taught by message per "
+            "episode; secondary, outside the Holm family)",
+            h["trained"]["taught"],
+            {"random": h["random"]["taught"], "untrained": h["untrained"]["taught"]},
+            "(not in the seed: the honest reading of 'communication')",
+            beats_baselines("main", "taught"),
+            scripts=of_scripts(lambda k: hs[k]["taught"]),
+            note="scripts shown, not judged (a claim about change under training); the oracle's "
+            "figure is what passing every key takes",
         ),
     ]
     if "no_pressure" in heldout:
@@ -1167,10 +1300,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     for name, text, seed_fig in (
+        (
+            "latency_penalty",
+            f"the time limit beats a latency penalty (beta {PENALTY:g}, {LOOSE:g} s limit) at the "
+            "main run's limit",
+            "(an ablation of the seed's)",
+        ),
         ("per_agent", "the flat collective advantage beats a per-agent (leave-one-out) one", ">"),
-        ("flat", "the CEO organisation beats a flat one", "(not in the seed)"),
-        ("orchestrator", "the CEO organisation beats the orchestrator", "(not in the seed)"),
-        ("islands", "the CEO organisation beats islands", "(not in the seed)"),
+        ("ceo", "the flat organisation beats a CEO who hires", "(not in the seed)"),
+        ("orchestrator", "the flat organisation beats the orchestrator", "(not in the seed)"),
+        ("islands", "the flat organisation beats islands", "(not in the seed)"),
     ):
         if name in heldout:
             findings.append(
@@ -1257,6 +1396,10 @@ def main(argv: list[str] | None = None) -> int:
             "training seeds (every part on the claimed side, else 1); Holm's correction over "
             "the primary findings; yes when the adjusted p-value is below 0.05",
             "primary": list(PRIMARY),
+            "secondary": list(SECONDARY),
+            "scripts": "a finding's script is marked reproduces when its figure shows the claim "
+            "(its size) without learning; a yes that one of the CONTROLS also gets is no yes",
+            "controls": list(CONTROLS),
         },
         "latency_curves": {
             k: {
@@ -1353,9 +1496,17 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
             else ["", "What reproduced, what did not, and why: [DISCUSSION.md](DISCUSSION.md)."]
         ),
         "",
-        "| finding | trained | random | untrained | other baselines | paired contrasts "
-        "(null) | p (Holm) | seed | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "Scripted controls (policy/scripted.py) run through the same protocol: the oracle "
+        "(hand-written skill: what the world allows) and "
+        + ", ".join(CONTROLS)
+        + " (each lacks a skill); a script marked (shows it) reproduces the finding without "
+        "learning, and a yes a control also gets is built in, so no yes. Primary findings "
+        f"(Holm family, named in advance): {', '.join(s['statistics']['primary'])}; secondary "
+        f"(judged alone): {', '.join(s['statistics'].get('secondary', []))}.",
+        "",
+        "| finding | trained | random | untrained | other baselines | scripts (shows it?) "
+        "| paired contrasts (null) | p (Holm) | seed | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in s["findings"]:
         value = {"mean": f["value"], "lo": f["interval"][0], "hi": f["interval"][1]}
@@ -1366,10 +1517,15 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
         parts = "; ".join(
             f"{k} {_fmt(c)} ({c['side']} {c['null']:g})" for k, c in f["contrasts"].items()
         )
+        scripted = "; ".join(
+            f"{k} {_fmt(d['figure'])}"
+            + ("" if d["reproduces"] is None else " (shows it)" if d["reproduces"] else " (no)")
+            for k, d in f.get("scripts", {}).items()
+        )
         lines.append(
             f"| {f['finding']} | {_fmt(value)}"
             + (f" (seeds: {per_seed})" if per_seed else "")
-            + f" | {_fmt(rnd)} | {_fmt(unt)} | {other} | {parts or '-'} | "
+            + f" | {_fmt(rnd)} | {_fmt(unt)} | {other} | {scripted or '-'} | {parts or '-'} | "
             f"{f['p']:.2g} ({f['p_holm']:.2g}) | {f['seed_figure']} | {f['verdict']} ({f['why']}) |"
         )
     lines += ["", "Held-out mean score by run (T = 180 s):", ""]

@@ -99,6 +99,24 @@ def group_advantages(returns: np.ndarray, std_normalise: bool) -> np.ndarray:
     return adv
 
 
+def individual_advantages(
+    episodes: list[Episode], credits: list[dict[int, float]]
+) -> list[dict[int, float]]:
+    """The per-agent advantage of a group: each agent's leave-one-out credit minus the mean
+    credit of every agent that took part in the group's episodes (hired and fired ones
+    included, one term per agent per episode), so that, like the collective advantage, it
+    sums to zero over the group's agents: a group where every agent mattered alike teaches
+    nothing, and no agent's turns are pushed up merely because credits are positive."""
+    everyone = [
+        (i, ev.agent) for i, e in enumerate(episodes) for ev in e.events if isinstance(ev, Spawned)
+    ]
+    base = float(np.mean([credits[i].get(a, 0.0) for i, a in everyone])) if everyone else 0.0
+    out: list[dict[int, float]] = [{} for _ in episodes]
+    for i, a in everyone:
+        out[i][a] = credits[i].get(a, 0.0) - base
+    return out
+
+
 def group_credits(groups: list[list[Episode]]) -> list[list[dict[int, float]]]:
     """Every agent's leave-one-out credit (``collective.credit``), group by group; all the
     counterfactual re-runs of the step at once (in its own trio run: call it from a thread)."""
@@ -152,14 +170,7 @@ def step_samples(
         returns_all += returns.tolist()
         if cfg.advantage == "individual":
             assert credits is not None
-            shares = credits[g]
-            everyone = [  # every agent that took part, hired or fired ones included
-                s.get(ev.agent, 0.0)
-                for e, s in zip(episodes, shares, strict=True)
-                for ev in e.events
-                if isinstance(ev, Spawned)
-            ]
-            base = float(np.mean(everyone)) if everyone else 0.0
+            per_agent = individual_advantages(episodes, credits[g])
         for i, ep in enumerate(episodes):
             versions = [t.version for t in ep.turns if t.policy == "trained"]
             stale = step - min(versions) if versions else 0
@@ -172,7 +183,7 @@ def step_samples(
             for t in ep.turns:
                 if t.policy != "trained" or not t.token_ids:
                     continue  # the orchestrator's frozen sub-agents are not trained
-                a = adv[i] if cfg.advantage == "collective" else shares[i].get(t.agent, 0.0) - base
+                a = adv[i] if cfg.advantage == "collective" else per_agent[i][t.agent]
                 samples.append(
                     Sample(
                         t.prompt,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from conftest import run
 
 from collective.credit import LeaveOut, agents_of, leave_one_out
@@ -166,3 +167,57 @@ def test_the_per_agent_advantage_credits_the_key_passer() -> None:
     first = samples[: sum(1 for t in group[0].turns if t.token_ids)]  # the episode that passed
     passer = [s.advantage for s in first if "you know k0" in s.prompt]
     assert passer and min(passer) > 0  # the key passer's turns gain, though it never worked
+
+
+def test_the_per_agent_advantage_has_a_zero_mean_baseline() -> None:
+    """``advantage = "individual"``: each agent's leave-one-out credit minus the mean over every
+    agent of the group's episodes (a CEO's hires included), so the advantages sum to zero over
+    the group, and step_samples gives every trained turn its agent's advantage, exactly."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from collective.train import TrainConfig, individual_advantages, step_samples
+
+    def script(r: PolicyRequest) -> str:
+        hire = r.space.tool("hire")
+        if hire is not None and r.turn < 2:
+            return f"hire {hire.args[0].choices[0]}"
+        return "work 1"
+
+    group = [
+        run(
+            script,
+            world="workshop",
+            params=KEYS_ONLY,
+            org="ceo",
+            agents=1,
+            budget=2,
+            time_limit=60,
+            sample_seed=i,
+        )
+        for i in range(2)
+    ]
+    counts = [len(agents_of(e)) for e in group]
+    assert counts[0] >= 2, counts  # the hire took part
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.floats(-1, 1, allow_nan=False), min_size=sum(counts), max_size=sum(counts)))
+    def zero_mean(values: list[float]) -> None:
+        it = iter(values)
+        credits = [{a: next(it) for a in agents_of(e)} for e in group]
+        adv = individual_advantages(group, credits)
+        flat = [v for d in adv for v in d.values()]
+        assert len(flat) == sum(counts) and abs(sum(flat)) < 1e-9
+        for c, d in zip(credits, adv, strict=True):  # differences between agents kept
+            assert set(d) == set(c)
+            for a in c:
+                assert d[a] - adv[0][0] == pytest.approx(c[a] - credits[0][0], abs=1e-9)
+
+    zero_mean()
+    credits = leave_one_out(group)
+    cfg = TrainConfig(advantage="individual", team_sizes=(3,), groups_per_step=1, group_size=2)
+    samples, _, _ = step_samples(cfg, 0, [group], [credits])
+    want = individual_advantages(group, credits)
+    turns = [(i, t) for i, e in enumerate(group) for t in e.turns if t.token_ids]
+    assert len(samples) == len(turns)
+    assert [s.advantage for s in samples] == pytest.approx([want[i][t.agent] for i, t in turns])
