@@ -36,11 +36,11 @@ import time
 
 import msgspec
 
+from collective.rundir import WALL_CLOCK
 from collective.train import load_config, read_metrics, train
 
 OUT = _HERE / "results" / "ray"
 ROOT = _HERE.parent
-TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
 PLACEMENTS = {
     "local": [],
     "ray x1": ["cluster.backend=ray", "cluster.rollout_workers=1"],
@@ -64,7 +64,7 @@ def measure(sets: list[str], placement: list[str], where: Path) -> dict:
         "total_s": total,
         "batch_mean": statistics.mean(r.rollout_batch_mean for r in rows),
         "science": [
-            {k: v for k, v in msgspec.to_builtins(r).items() if k not in TIMING} for r in rows
+            {k: v for k, v in msgspec.to_builtins(r).items() if k not in WALL_CLOCK} for r in rows
         ],
     }
 

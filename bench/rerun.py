@@ -39,7 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "rerun"
-#: The only fields of a metrics line a rerun does not reproduce (``collective.train.StepMetrics``).
+#: The only fields of a metrics line a rerun does not reproduce: ``collective.rundir.WALL_CLOCK``,
+#: written out here because this script runs with bench/ first on sys.path, where bench/policy.py
+#: shadows the policy package that importing collective needs (issue 27 removes the shadow).
 WALL_CLOCK = frozenset(
     {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
 )

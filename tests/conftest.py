@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 # Deadlines that scale with the machine's load (tests/busy.py): the hooks, and ``scaled`` for a
@@ -23,8 +24,11 @@ from hypothesis import settings
 from trio_timeouts import pytest_runtest_call  # noqa: F401  (a hook: pytest finds it here)
 
 from collective import Episode, EpisodeConfig, run_episode
+from collective.config import TrainConfig
+from collective.rundir import WALL_CLOCK, read_metrics
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
+from policy.tiny import TinyConfig
 
 # Under pytest-xdist (the README's `-n 2`), before any test imports torch: each worker gets one
 # torch thread, inherited by the commands it starts (two workers of two threads each would fight
@@ -58,6 +62,35 @@ FRAGILE = f"{Path(__file__).parent / 'fragile.py'}:Fragile"
 BUMPS = f"{Path(__file__).parent / 'fragile.py'}:Bumps"
 HALTS = f"{Path(__file__).parent / 'fragile.py'}:Halts"
 CHIMES = f"{Path(__file__).parent / 'fragile.py'}:Chimes"
+
+
+# A training run small enough for a test: a few seconds a step on the tally world.
+SMALL_TRAIN = dict(
+    world="tally",
+    params={"target": 12},
+    team_sizes=(1, 3),
+    groups_per_step=2,
+    group_size=3,
+    time_limit_start=60.0,
+    time_limit_end=60.0,
+    concurrency=6,
+    max_output_tokens=12,
+    plots=False,
+    model=TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96),
+)
+
+
+def small_train(**over: object) -> TrainConfig:
+    """``SMALL_TRAIN`` with ``over`` set."""
+    return TrainConfig(**{**SMALL_TRAIN, **over})  # type: ignore[arg-type]
+
+
+def comparable_metrics(run: Path) -> list[dict]:
+    """A run's metrics.jsonl without the wall-clock fields: what a rerun must match exactly."""
+    return [
+        {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
+        for m in read_metrics(run)
+    ]
 
 
 def ctrl_c_everywhere(*args: str, timeout: float) -> str:

@@ -36,6 +36,7 @@ import msgspec
 import trio
 
 from collective import Conductor, EpisodeConfig
+from collective.rundir import WALL_CLOCK
 from collective.train import Interrupted, load_config, read_metrics, train
 from policy.uniform import RandomPolicy
 
@@ -46,7 +47,6 @@ CONFIGS = [
     EpisodeConfig(world="tally", agents=1, budget=2, org="ceo", world_seed=5, time_limit=40),
     EpisodeConfig(world="tally", agents=2, world_seed=2, sample_seed=3, time_limit=40),
 ]
-TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
 HANG_SECONDS = 60.0
 
 Line = tuple[str, int]
@@ -130,7 +130,7 @@ def training(n: int, config: str, tmp: Path) -> int:
 
     def comparable(run: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
         metrics = [
-            {k: v for k, v in msgspec.to_builtins(m).items() if k not in TIMING}
+            {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
             for m in read_metrics(run)
         ]
         return metrics, {p.name: p.read_bytes() for p in sorted(run.glob("episodes/*.msgpack"))}

@@ -17,11 +17,11 @@ import torch
 from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 
 from collective import load_episode
+from collective.rundir import WALL_CLOCK
 from collective.train import load_config, read_metrics, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "llm-cpu.toml"
-TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
 CLI = [sys.executable, "-m", "collective.cli"]
 
 
@@ -95,7 +95,7 @@ def test_same_config_same_run_on_the_hf_path(tmp_path: Path, tiny_lm: Path) -> N
         train(load_config(CONFIG, sets), run, progress=False)
     metrics = [
         [
-            {k: v for k, v in msgspec.to_builtins(m).items() if k not in TIMING}
+            {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
             for m in read_metrics(run)
         ]
         for run in runs

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import small_train
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
-from test_train import _cfg
 from torch.utils.tensorboard import SummaryWriter
 
 from collective.cli import main
@@ -30,7 +30,7 @@ def _rows(run: Path) -> list[dict[str, float]]:
 def test_tensorboard_has_every_metric_the_schedule_and_the_config_across_a_resume(
     tmp_path: Path,
 ) -> None:
-    cfg = _cfg(steps=3, logger="tensorboard", time_limit="linear", time_limit_end=30.0)
+    cfg = small_train(steps=3, logger="tensorboard", time_limit="linear", time_limit_end=30.0)
     run = tmp_path / "run"
     train(cfg, run, progress=False, stop_after=2)
     # A crash after step 2 was logged but before it was checkpointed: the resumed run does
@@ -96,7 +96,7 @@ def test_wandb_offline_run_holds_every_metric_and_the_config(
 ) -> None:
     assert wandb_mode() == "offline"
     run = tmp_path / "run"
-    train(_cfg(steps=2, logger="wandb"), run, progress=False)
+    train(small_train(steps=2, logger="wandb"), run, progress=False)
     files = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1 and files[0].stem == "run-" + (run / "wandb-run-id").read_text().strip()
     records = _wandb_records(files[0])

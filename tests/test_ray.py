@@ -43,7 +43,7 @@ from collective.cluster import (  # noqa: E402
     RayRollouts,
 )
 from collective.config import ClusterConfig  # noqa: E402
-from collective.rundir import episode_key  # noqa: E402
+from collective.rundir import WALL_CLOCK, episode_key  # noqa: E402
 from collective.study import ScaleConfig, scale_study  # noqa: E402
 from collective.train import (  # noqa: E402
     Interrupted,
@@ -55,7 +55,6 @@ from collective.train import (  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
 # configs/quick.toml, shortened to fit the suite (a busy machine's too): 3 steps of 2 groups of 2
 # rollouts, 60 s each.
 SHORT = [
@@ -96,7 +95,7 @@ def _ray_cfg(*more: str) -> Any:
 
 def _comparable(run: Path) -> list[dict]:
     return [
-        {k: v for k, v in msgspec.to_builtins(m).items() if k not in TIMING}
+        {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
         for m in read_metrics(run)
     ]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+from conftest import small_train
 
 from bench.resumable import cached, run_digest, store, stored_digest, train_digest, train_exact
 from collective.config import TrainConfig, dump_config
@@ -23,21 +24,7 @@ COLLECTIVE = Path(sys.executable).with_name("collective")
 
 
 def tiny(**fields: object) -> TrainConfig:
-    base = dict(
-        world="tally",
-        params={"target": 12},
-        team_sizes=(1, 3),
-        steps=2,
-        groups_per_step=2,
-        group_size=3,
-        time_limit_start=60.0,
-        time_limit_end=60.0,
-        concurrency=6,
-        max_output_tokens=12,
-        plots=False,
-        model=TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96),
-    )
-    return TrainConfig(**{**base, **fields})
+    return small_train(**{"steps": 2, **fields})
 
 
 def test_a_finished_run_is_reused_and_a_changed_field_retrains(tmp_path: Path) -> None:

@@ -13,40 +13,14 @@ import threading
 import time
 from pathlib import Path
 
-import msgspec
 import pytest
+from conftest import comparable_metrics, small_train
 
 from collective.cli import main
 from collective.rundir import LOCK, RunDir
-from collective.train import TrainConfig, load_config, read_metrics, train
-from policy.tiny import TinyConfig
+from collective.train import load_config, read_metrics, train
 
 CLI = [sys.executable, "-m", "collective.cli"]
-TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
-SMALL = dict(
-    world="tally",
-    params={"target": 12},
-    team_sizes=(1, 3),
-    groups_per_step=2,
-    group_size=3,
-    time_limit_start=60.0,
-    time_limit_end=60.0,
-    concurrency=6,
-    max_output_tokens=12,
-    plots=False,
-    model=TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96),
-)
-
-
-def _cfg(**over: object) -> TrainConfig:
-    return TrainConfig(**{**SMALL, **over})  # type: ignore[arg-type]
-
-
-def _comparable(run: Path) -> list[dict]:
-    return [
-        {k: v for k, v in msgspec.to_builtins(m).items() if k not in TIMING}
-        for m in read_metrics(run)
-    ]
 
 
 def _tree(run: Path) -> dict[str, bytes]:
@@ -121,7 +95,7 @@ def test_a_resume_is_refused_while_another_process_resumes(tmp_path: Path) -> No
     """The lock is the kernel's: held by a real other process (here one holding
     ``RunDir.lock`` and waiting), a resume in this one is refused naming it."""
     run = tmp_path / "run"
-    train(_cfg(steps=2), run, progress=False, stop_after=1)
+    train(small_train(steps=2), run, progress=False, stop_after=1)
     code = (
         "import sys, time\n"
         "from collective.rundir import RunDir\n"
@@ -137,11 +111,11 @@ def test_a_resume_is_refused_while_another_process_resumes(tmp_path: Path) -> No
     try:
         assert other.stdout is not None and other.stdout.readline() == "held\n"
         with pytest.raises(ValueError, match=rf"is in use: process {other.pid} is training"):
-            train(_cfg(steps=2), run, resume=True, progress=False)
+            train(small_train(steps=2), run, resume=True, progress=False)
         assert len(read_metrics(run)) == 1
     finally:
         other.communicate("\n", timeout=30)
-    assert len(train(_cfg(steps=2), run, resume=True, progress=False)) == 1  # released
+    assert len(train(small_train(steps=2), run, resume=True, progress=False)) == 1  # released
 
 
 def test_only_one_of_many_racing_starts_holds_the_folder_and_failed_starts_leave_nothing(
@@ -168,7 +142,7 @@ def test_only_one_of_many_racing_starts_holds_the_folder_and_failed_starts_leave
         nonlocal held, refused
         for _ in range(1600 // 8):
             try:
-                with RunDir(run, _cfg()).lock(resume=False):
+                with RunDir(run, small_train()).lock(resume=False):
                     inside.append(1)
                     if len(inside) > 1:
                         problems.append("two holders at once")
@@ -208,26 +182,26 @@ def test_steps_may_grow_on_resume_and_the_run_is_the_longer_run(tmp_path: Path) 
     N steps from the start, metrics and episode files alike. Shortening, or any other field,
     is refused; so is editing config.toml by hand, steps included."""
     run, whole = tmp_path / "run", tmp_path / "whole"
-    train(_cfg(steps=2), run, progress=False)
+    train(small_train(steps=2), run, progress=False)
     assert main(["train", "--resume", str(run), "--set", "steps=3", "--quiet"]) == 0
-    train(_cfg(steps=3), whole, progress=False)
-    assert _comparable(run) == _comparable(whole)
+    train(small_train(steps=3), whole, progress=False)
+    assert comparable_metrics(run) == comparable_metrics(whole)
     names = sorted(p.name for p in (whole / "episodes").glob("*.msgpack"))
     assert len(names) == 3 * 2 * 3
     for name in names:
         assert (run / "episodes" / name).read_bytes() == (whole / "episodes" / name).read_bytes()
     changes = [json.loads(ln) for ln in (run / "resumes.jsonl").read_text().splitlines()]
     assert changes == [{"step": 2, "steps": 3, "was": 2}]
-    assert load_config(run / "config.toml") == _cfg(steps=3)
-    assert train(_cfg(steps=3), run, resume=True, progress=False) == []  # complete as it is
+    assert load_config(run / "config.toml") == small_train(steps=3)
+    assert train(small_train(steps=3), run, resume=True, progress=False) == []  # complete as it is
     with pytest.raises(ValueError, match="may extend a run, not shorten it"):
-        train(_cfg(steps=2), run, resume=True, progress=False)
+        train(small_train(steps=2), run, resume=True, progress=False)
     with pytest.raises(ValueError, match=r"may change only steps .*, not clip 0.2 -> 0.3"):
-        train(_cfg(steps=4, clip=0.3), run, resume=True, progress=False)
+        train(small_train(steps=4, clip=0.3), run, resume=True, progress=False)
     toml = run / "config.toml"
     toml.write_text(toml.read_text().replace("steps = 3", "steps = 5"))
     with pytest.raises(ValueError, match=r"config.toml was edited after the run began \(steps"):
-        train(_cfg(steps=5), run, resume=True, progress=False)
+        train(small_train(steps=5), run, resume=True, progress=False)
     assert len(read_metrics(run)) == 3 and not os.path.exists(run / "config.toml.tmp")
 
 
@@ -235,15 +209,15 @@ def test_a_config_made_in_code_resumes_as_its_config_toml_reads_back(tmp_path: P
     """Integers given for float fields (``time_limit_start=60``) are the same config as the
     ``60.0`` config.toml reads back: not an edit."""
     run = tmp_path / "run"
-    cfg = _cfg(steps=2, time_limit_start=60, time_limit_end=60, lora_alpha=16)
+    cfg = small_train(steps=2, time_limit_start=60, time_limit_end=60, lora_alpha=16)
     train(cfg, run, progress=False, stop_after=1)
     assert len(train(cfg, run, resume=True, progress=False)) == 1
 
 
 def test_a_run_from_before_the_config_record_resumes_and_gets_one(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(_cfg(steps=2), run, progress=False, stop_after=1)
+    train(small_train(steps=2), run, progress=False, stop_after=1)
     (run / "config.json").unlink()
-    assert len(train(_cfg(steps=2), run, resume=True, progress=False)) == 1
+    assert len(train(small_train(steps=2), run, resume=True, progress=False)) == 1
     record = json.loads((run / "config.json").read_text())
     assert record["config"]["steps"] == 2 and len(record["digest"]) == 32

@@ -9,54 +9,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import pytest
 import trio
-from conftest import scaled
+from conftest import comparable_metrics, scaled, small_train
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective import Conductor, EpisodeConfig, load_episode, run_episodes
+from collective import Conductor, EpisodeConfig, load_episode, run_episodes, rundir
 from collective.train import (
-    TrainConfig,
     episode_key,
     episode_name,
     load_config,
-    read_metrics,
     step_samples,
     train,
 )
-from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+from policy.tiny import TinyModel, TinyPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
-# How long things took and how requests happened to be batched: all else must be identical.
-TIMING = {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
-
-SMALL = dict(
-    world="tally",
-    params={"target": 12},
-    team_sizes=(1, 3),
-    groups_per_step=2,
-    group_size=3,
-    time_limit_start=60.0,
-    time_limit_end=60.0,
-    concurrency=6,
-    max_output_tokens=12,
-    plots=False,
-    model=TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96),
-)
-
-
-def _cfg(**over: object) -> TrainConfig:
-    return TrainConfig(**{**SMALL, **over})  # type: ignore[arg-type]
-
-
-def _comparable(run: Path) -> list[dict]:
-    return [
-        {k: v for k, v in msgspec.to_builtins(m).items() if k not in TIMING}
-        for m in read_metrics(run)
-    ]
 
 
 def _ledger(run: Path) -> list[dict]:
@@ -64,7 +34,7 @@ def _ledger(run: Path) -> list[dict]:
 
 
 def test_every_finished_episode_is_used_exactly_once(tmp_path: Path) -> None:
-    cfg = _cfg(steps=3)
+    cfg = small_train(steps=3)
     train(cfg, tmp_path / "run", progress=False)
     ledger = _ledger(tmp_path / "run")
     named = [n for line in ledger for n in line["used"] + line["dropped"]]
@@ -103,7 +73,7 @@ def test_the_main_job_reruns_bit_exact_whatever_the_batching(tmp_path: Path) -> 
             check=True,
         )
     a, b = tmp_path / "a", tmp_path / "b"
-    assert len(_comparable(a)) == 2 and _comparable(a) == _comparable(b)
+    assert len(comparable_metrics(a)) == 2 and comparable_metrics(a) == comparable_metrics(b)
     names = sorted(p.name for p in (a / "episodes").glob("*.msgpack"))
     assert len(names) >= 8 and names == sorted(p.name for p in (b / "episodes").glob("*.msgpack"))
     for name in names:
@@ -116,8 +86,9 @@ def test_the_main_job_reruns_bit_exact_on_a_loaded_machine(tmp_path: Path) -> No
     once with ``OMP_NUM_THREADS`` unset and once set to 1 (and each a new process, so another
     hash seed): every metric but the wall-clock ones the same, every episode file the same bytes
     (``bench/rerun.py`` does the same with the whole job, and a run killed twice)."""
-    from bench.rerun import differences, loaded
+    from bench.rerun import WALL_CLOCK, differences, loaded
 
+    assert WALL_CLOCK == rundir.WALL_CLOCK, "bench/rerun.py's copy of the wall-clock fields"
     short = ("steps=3", "groups_per_step=2", "group_size=2", "max_output_tokens=12")
     quick = [sys.executable, "-m", "collective.cli", "train", str(ROOT / "configs" / "quick.toml")]
     for run, delay, omp in ((tmp_path / "a", 0.0, None), (tmp_path / "b", 1.5, "1")):
@@ -131,7 +102,7 @@ def test_the_main_job_reruns_bit_exact_on_a_loaded_machine(tmp_path: Path) -> No
                 check=True,
             )
     a, b = tmp_path / "a", tmp_path / "b"
-    assert len(_comparable(a)) == 3
+    assert len(comparable_metrics(a)) == 3
     assert len(list((a / "episodes").glob("*.msgpack"))) >= 12
     differ = differences(a, b)
     assert not differ, f"{len(differ)} differences: {differ[:8]}"
@@ -139,12 +110,14 @@ def test_the_main_job_reruns_bit_exact_on_a_loaded_machine(tmp_path: Path) -> No
 
 def test_resume_continues_from_the_checkpoint_and_the_episodes_after_it(tmp_path: Path) -> None:
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    train(_cfg(steps=4), whole, progress=False)
-    train(_cfg(steps=4), broken, progress=False, stop_after=2)
+    train(small_train(steps=4), whole, progress=False)
+    train(small_train(steps=4), broken, progress=False, stop_after=2)
     kept = {p.name: p.stat().st_mtime_ns for p in (broken / "episodes").glob("*.msgpack")}
     assert len(_ledger(broken)) == 2
-    train(_cfg(steps=4), broken, resume=True, progress=False)
-    assert _comparable(broken) == _comparable(whole), "an interruption changes nothing"
+    train(small_train(steps=4), broken, resume=True, progress=False)
+    assert comparable_metrics(broken) == comparable_metrics(whole), (
+        "an interruption changes nothing"
+    )
     after = {p.name: p.stat().st_mtime_ns for p in (broken / "episodes").glob("*.msgpack")}
     assert all(after[n] == t for n, t in kept.items()), "finished episodes were reused, not rerun"
     named = [n for line in _ledger(broken) for n in line["used"] + line["dropped"]]
@@ -152,31 +125,33 @@ def test_resume_continues_from_the_checkpoint_and_the_episodes_after_it(tmp_path
 
 
 def test_resume_of_a_finished_run_does_nothing(tmp_path: Path) -> None:
-    train(_cfg(steps=1), tmp_path / "r", progress=False)
-    assert train(_cfg(steps=1), tmp_path / "r", resume=True, progress=False) == []
+    train(small_train(steps=1), tmp_path / "r", progress=False)
+    assert train(small_train(steps=1), tmp_path / "r", resume=True, progress=False) == []
     with pytest.raises(ValueError, match="already holds a run"):
-        train(_cfg(steps=1), tmp_path / "r", progress=False)
+        train(small_train(steps=1), tmp_path / "r", progress=False)
     with pytest.raises(ValueError, match="no run to resume"):
-        train(_cfg(steps=1), tmp_path / "nothing", resume=True, progress=False)
+        train(small_train(steps=1), tmp_path / "nothing", resume=True, progress=False)
 
 
 def test_stale_episodes_are_dropped_and_counted(tmp_path: Path) -> None:
     # With lag 2 the rollouts of step s use weights of version s - 2: older than allowed.
     rows = train(
-        _cfg(steps=4, lag=2, max_staleness=1, stale="drop"), tmp_path / "r", progress=False
+        small_train(steps=4, lag=2, max_staleness=1, stale="drop"), tmp_path / "r", progress=False
     )
     assert [r.staleness_max for r in rows] == [0, 1, 2, 2]
     assert [r.dropped_stale for r in rows] == [0, 0, 6, 6]
     ledger = _ledger(tmp_path / "r")
     assert [len(x["dropped"]) for x in ledger] == [0, 0, 6, 6]
     rows = train(
-        _cfg(steps=3, lag=2, max_staleness=1, stale="downweight"), tmp_path / "w", progress=False
+        small_train(steps=3, lag=2, max_staleness=1, stale="downweight"),
+        tmp_path / "w",
+        progress=False,
     )
     assert [r.downweighted for r in rows] == [0, 0, 6] and rows[-1].dropped_stale == 0
 
 
 def test_orchestrator_sub_agents_are_not_trained() -> None:
-    cfg = _cfg(world="tally", org="orchestrator", team_sizes=(3,))
+    cfg = small_train(world="tally", org="orchestrator", team_sizes=(3,))
     model = TinyModel.fresh(cfg.model)
     configs = [
         EpisodeConfig(
@@ -200,20 +175,20 @@ def test_orchestrator_sub_agents_are_not_trained() -> None:
 
 def test_orchestrator_sub_agents_keep_the_initial_weights_while_training(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(_cfg(steps=3, org="orchestrator", team_sizes=(3,)), run, progress=False)
+    train(small_train(steps=3, org="orchestrator", team_sizes=(3,)), run, progress=False)
     turns = [t for p in (run / "episodes").glob("*.msgpack") for t in load_episode(p).turns]
     assert max(t.version for t in turns if t.policy == "trained") >= 1, "the policy moved"
     assert {t.version for t in turns if t.policy == "frozen"} == {0}, "the sub-agents did not"
 
 
 def test_the_kl_term_is_measured_against_the_initial_weights(tmp_path: Path) -> None:
-    rows = train(_cfg(steps=2, kl_coef=0.1), tmp_path / "run", progress=False)
+    rows = train(small_train(steps=2, kl_coef=0.1), tmp_path / "run", progress=False)
     assert rows[0].kl == pytest.approx(0.0, abs=1e-9), "the first step samples the reference"
     assert rows[1].kl > 0, "after one update the policy has left it"
 
 
 def test_flat_advantage_is_shared_by_every_token_of_a_rollout() -> None:
-    cfg = _cfg(team_sizes=(3,))
+    cfg = small_train(team_sizes=(3,))
     configs = [
         EpisodeConfig(
             world="tally",
@@ -328,7 +303,7 @@ def test_the_learner_sees_the_distribution_that_sampled(tmp_path: Path) -> None:
     from collective.backend import TinyBackend
     from collective.train import Learner
 
-    cfg = _cfg(max_output_tokens=10, team_sizes=(3,))
+    cfg = small_train(max_output_tokens=10, team_sizes=(3,))
     backend = TinyBackend(cfg)
     model = backend.fresh()
     configs = [
