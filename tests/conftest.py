@@ -79,6 +79,28 @@ SMALL_TRAIN = dict(
     model=TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96),
 )
 
+# The same run as a config file, for the command line.
+SMALL_TOML = """
+world = "tally"
+params = {target = 12}
+team_sizes = [1, 3]
+steps = 2
+groups_per_step = 2
+group_size = 3
+time_limit_start = 60.0
+time_limit_end = 60.0
+concurrency = 6
+max_output_tokens = 12
+plots = false
+
+[model]
+d_model = 32
+n_layers = 1
+n_heads = 2
+d_ff = 64
+context = 96
+"""
+
 
 def small_train(**over: object) -> TrainConfig:
     """``SMALL_TRAIN`` with ``over`` set."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import CLI_AT_A_TERMINAL, ctrl_c_everywhere, scaled
+from conftest import CLI_AT_A_TERMINAL, SMALL_TOML, ctrl_c_everywhere, scaled
 from hostile import seal, seal_parts
 
 from collective import EpisodeConfig, run_episode, save_episode
@@ -43,26 +43,6 @@ FAULTY = f"{FRAGILE}:Faulty"
 QUICK_CHECK = ["--agents", "2", "--seeds", "1", "--rollouts", "2", "--time-limit", "60"]
 CLI = [sys.executable, "-m", "collective.cli"]
 
-SMALL_TOML = """
-world = "tally"
-params = {target = 12}
-team_sizes = [1, 3]
-steps = 2
-groups_per_step = 2
-group_size = 3
-time_limit_start = 60.0
-time_limit_end = 60.0
-concurrency = 6
-max_output_tokens = 12
-plots = false
-
-[model]
-d_model = 32
-n_layers = 1
-n_heads = 2
-d_ff = 64
-context = 96
-"""
 
 BIG = str(2**64)
 TRAIN = ["train", "{small}", "--out", "{newrun}", "--quiet"]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from conftest import SMALL_TOML
 from hostile import seal_parts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,26 +38,7 @@ CLI = [sys.executable, "-m", "collective.cli"]
 EPISODE = run_episode(
     EpisodeConfig(world="workshop", agents=3, time_limit=120, tokenizer="bytes"), RandomPolicy()
 )
-SMALL_TOML = """
-world = "tally"
-params = {target = 12}
-team_sizes = [1, 3]
-steps = 1
-groups_per_step = 2
-group_size = 3
-time_limit_start = 60.0
-time_limit_end = 60.0
-concurrency = 6
-max_output_tokens = 12
-plots = false
-
-[model]
-d_model = 32
-n_layers = 1
-n_heads = 2
-d_ff = 64
-context = 96
-"""
+ONE_STEP_TOML = SMALL_TOML.replace("steps = 2", "steps = 1")
 
 
 def cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
@@ -83,11 +65,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     p = {"tmp": tmp, "episode": tmp / "ep.msgpack", "fifo": tmp / "fifo", "toml": tmp / "s.toml"}
     p["episode"].write_bytes(episode_file_bytes(EPISODE))
     os.mkfifo(p["fifo"])
-    p["toml"].write_text(SMALL_TOML)
+    p["toml"].write_text(ONE_STEP_TOML)
     # A run whose training state is a FIFO, for --resume.
     p["run_state"] = tmp / "run_state"
     (p["run_state"] / "checkpoints").mkdir(parents=True)
-    (p["run_state"] / "config.toml").write_text(SMALL_TOML)
+    (p["run_state"] / "config.toml").write_text(ONE_STEP_TOML)
     os.mkfifo(p["run_state"] / "checkpoints" / "train-state.pt")
     p["run"] = tmp / "run"  # a finished run, to plot
     done = cli("train", str(p["toml"]), "--out", str(p["run"]), "--quiet", timeout=300)
