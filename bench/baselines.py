@@ -43,8 +43,8 @@ from collective import (
     World,
     parse_action,
 )
-from collective.comms import Archive
-from collective.seeding import derive
+from collective.base.seeding import derive
+from collective.engine.comms import Archive
 from policy.base import PolicyRequest, PolicyResponse
 
 

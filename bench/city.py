@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated
 
-from collective.organisation import Organisation, register_organisation
-from collective.seeding import derive
+from collective.base.seeding import derive
+from collective.engine.organisation import Organisation, register_organisation
 from collective.world import Range, World, tool
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse

@@ -69,11 +69,11 @@ import bench.city_study  # noqa: E402, F401  (registers the islands_mean organis
 from bench.city_study import key_times  # noqa: E402
 from bench.resumable import digest, file_digest, train_exact  # noqa: E402
 from collective import Conductor, EpisodeConfig, latency_preset  # noqa: E402
-from collective.config import TrainConfig  # noqa: E402
-from collective.intervals import MISSING, Interval, claim_p, holm, seed_interval  # noqa: E402
-from collective.signs import signs  # noqa: E402
-from collective.study import score_at  # noqa: E402
-from collective.train import read_metrics  # noqa: E402
+from collective.records.signs import signs  # noqa: E402
+from collective.rl.config import TrainConfig  # noqa: E402
+from collective.rl.train import read_metrics  # noqa: E402
+from collective.studies.intervals import MISSING, Interval, claim_p, holm, seed_interval  # noqa: E402
+from collective.studies.study import score_at  # noqa: E402
 from policy.base import PolicyRequest  # noqa: E402
 from policy.scripted import ScriptedPolicy  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402

@@ -31,7 +31,7 @@ writes ``bench/results/city/causal/{city,summary}.json`` and ``{scores,keys}.png
 already in ``city.json`` under the same digest are kept (a stopped run resumes; a changed
 cell, or one recorded before digests, runs again). A checkpoint's cells are named by its
 training seed (``trained_s1/flat/8``), so several seeds share one ``city.json``. Every figure
-is a mean with a 95% bootstrap interval from ``collective.intervals``: over training seeds,
+is a mean with a 95% bootstrap interval from ``collective.studies.intervals``: over training seeds,
 then each seed's task instances, where more than one seed ran the cell (``seeds`` in the
 summary says how many), over instances alone where one did; ``summary.json``'s ``per_seed``
 holds each seed's own.
@@ -65,7 +65,10 @@ from collective import (  # noqa: E402
     make_organisation,
     register_organisation,
 )
-from collective.intervals import (  # noqa: E402
+from collective.engine.organisation import Islands  # noqa: E402
+from collective.engine.registry import make_world  # noqa: E402
+from collective.records import Committed, Delivered, Posted, Sent  # noqa: E402
+from collective.studies.intervals import (  # noqa: E402
     BOOT,
     Interval,
     bootstrap,
@@ -73,10 +76,7 @@ from collective.intervals import (  # noqa: E402
     bootstrap_diff,
     bootstrap_fn,
 )
-from collective.organisation import Islands  # noqa: E402
-from collective.records import Committed, Delivered, Posted, Sent  # noqa: E402
-from collective.registry import make_world  # noqa: E402
-from collective.study import score_at  # noqa: E402
+from collective.studies.study import score_at  # noqa: E402
 from worlds.workshop import Workshop  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "city" / "causal"
@@ -344,7 +344,8 @@ def run_all(
 # A cell of city.json is one policy at one condition and size; a trained (or untrained) policy's
 # cells carry its training seed in their name (``trained_s1/flat/8``); the random policy has no
 # seed. Figures pooled over seeds bootstrap over training seeds, then over each seed's task
-# instances (``collective.intervals``); where a cell ran at one seed only, the interval covers
+# instances (``collective.studies.intervals``); where a cell ran at one seed only, the interval
+# covers
 # its instances only, and ``seeds`` says so.
 
 FIELDS = (

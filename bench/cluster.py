@@ -36,8 +36,8 @@ import time
 
 import msgspec
 
-from collective.rundir import WALL_CLOCK
-from collective.train import load_config, read_metrics, train
+from collective.rl.rundir import WALL_CLOCK
+from collective.rl.train import load_config, read_metrics, train
 
 OUT = _HERE / "results" / "ray"
 ROOT = _HERE.parent

@@ -1,4 +1,5 @@
-"""How often a "95%" interval of collective/intervals.py covers the truth, on simulated designs of
+"""How often a "95%" interval of collective/studies/intervals.py covers the truth, on simulated
+designs of
 the signs-of-life shape: S training seeds x 16 held-out instances, figure = seed effect (sd
 ``sd_seed``) + instance noise (sd 1), true mean 0. The figures behind intervals.py's docstring
 (and tests/test_intervals.py, which asserts them on fewer replicates):
@@ -20,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collective.intervals import bootstrap, hierarchical_bootstrap, seed_interval
+from collective.studies.intervals import bootstrap, hierarchical_bootstrap, seed_interval
 
 
 def covers(lo: float | None, hi: float | None) -> bool:

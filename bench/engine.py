@@ -69,7 +69,7 @@ from collective import (  # noqa: E402
     Episode,
     EpisodeConfig,
 )
-from collective.conductor import roomy_gc  # noqa: E402
+from collective.engine.conductor import roomy_gc  # noqa: E402
 from collective.records import Asked, encode_episode  # noqa: E402
 from collective.replay import verify  # noqa: E402
 from policy.base import PolicyRequest, PolicyResponse  # noqa: E402

@@ -6,7 +6,8 @@ working slot 1; never-pass-keys, which talks as much as the oracle but names no 
 communication at all) through one protocol on the workshop's ``FINDINGS`` variant
 (worlds/workshop.py), and says for each finding whether each policy shows it:
 
-1. useful work (world tool calls that landed, as ``collective/signs.py`` counts them) of a team
+1. useful work (world tool calls that landed, as ``collective/records/signs.py`` counts them) of a
+team
    of 8 against the average rollout of teams 1, 2, 3, 4, 8 on the same instances: below 1 ("an
    untrained big team starts below") or at least 1.8 ("reaches about twice"); flat teams and a
    CEO hiring up to team - 1;

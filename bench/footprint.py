@@ -1,4 +1,4 @@
-"""Measure what a run holds, for the memory guard's constants (``collective/limits.py``).
+"""Measure what a run holds, for the memory guard's constants (``collective/engine/limits.py``).
 
 Each point runs in a fresh Python process and reports its peak resident set (``ru_maxrss``);
 the cost of one unit is the slope between the smallest and the largest point, so the

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.city import CROWD, SparsePolicy  # noqa: E402
-from collective import log as logsetup  # noqa: E402
-from collective.conductor import run_episode, run_episodes  # noqa: E402
+from collective.base import log as logsetup  # noqa: E402
+from collective.engine.conductor import run_episode, run_episodes  # noqa: E402
 from collective.records import EpisodeConfig, encode_episode  # noqa: E402
 from collective.replay import fork, replay  # noqa: E402
 from collective.world import Range, tool  # noqa: E402
@@ -151,7 +151,7 @@ def digest(data: bytes) -> str:
 def compute(known_only: bool = False) -> dict[str, dict[str, str]]:
     """Every case's digests; with ``known_only``, cases of worlds this engine does not have
     (an older ref than the case) are left out rather than failing."""
-    from collective.registry import resolve_world
+    from collective.engine.registry import resolve_world
 
     result = {}
     for name, cfg, policy in cases():

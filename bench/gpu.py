@@ -8,17 +8,18 @@ One prepared command, nothing downloaded, sized for under 8 minutes on one H200:
 Two measurements, printed and saved as ``bench/results/gpu/{gpu,cpu-quick}.json`` (the README
 beside them quotes the figures and says which machine made them):
 
-1. **learner**: one RLCR learner step (``collective.train.Learner.step``, the real one) on
+1. **learner**: one RLCR learner step (``collective.rl.train.Learner.step``, the real one) on
    ``batch`` sequences of ``tokens`` tokens, the last ``outputs`` of each sampled under the
    action grammar: tokens/s (best of ``repeats`` steps after a warm-up) and peak memory, for
-   {chunked, naive} logprobs x {full, LoRA}. *chunked* is ``policy.hf.HFModel``: hidden states,
+   {chunked, naive} logprobs x {full, LoRA}. *chunked* is ``policy.hf.sample.HFModel``: hidden
+   states,
    then logits only at output positions, ``logit_chunk`` at a time, recomputed in backward.
    *naive* is what the learner did before: logits of every position, ``[batch, tokens, vocab]``,
    in float32, then a masked log-softmax. Each case runs in a fresh process, so one case's
    peak cannot hide another's: CUDA, ``torch.cuda.max_memory_allocated`` above what the model
    and optimiser held before the step; CPU, the process's peak resident memory during the
    step (VmHWM, reset just before it) above its resident memory before it.
-2. **policy**: output tokens/s of the in-process ``hf`` policy (``policy.hf_policy.HFPolicy``)
+2. **policy**: output tokens/s of the in-process ``hf`` policy (``policy.hf.policy.HFPolicy``)
    at batch sizes 1 to 1,024 (``max_tokens`` each, seeded). Batches past a time budget are not
    run: the figure is projected from the largest measured batch, and the JSON says so.
 
@@ -91,8 +92,8 @@ def build_model(shape: str, tokenizer_dir: str, device: str, dtype: str, lora: i
     """An HFModel of ``shape`` with random weights over the tiny-lm tokenizer."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from policy.hf import DTYPES, HFModel
-    from policy.hf_prompt import load_tokenizer
+    from policy.hf.prompt import load_tokenizer
+    from policy.hf.sample import DTYPES, HFModel
 
     tokenizer = load_tokenizer(tokenizer_dir)
     config = Qwen2Config(
@@ -118,8 +119,8 @@ def samples_for(model: Any, batch: int, tokens: int, outputs: int) -> list[Any]:
     """``batch`` samples of about ``tokens`` tokens: a prompt, then ``outputs`` tokens of one
     ``note "..."`` action (and the stop token) that the grammar accepts."""
     from collective import ActionSpace, ArgSpec, ToolSpec
-    from collective.train import Sample
-    from policy.hf_prompt import prompt_ids
+    from collective.rl.train import Sample
+    from policy.hf.prompt import prompt_ids
 
     space = ActionSpace((ToolSpec("note", (ArgSpec("text", "text", max_chars=8 * outputs),)),))
     tok = model.tokenizer
@@ -147,7 +148,7 @@ class NaiveHFModel:
 
     @staticmethod
     def install(model: Any) -> None:
-        from policy.hf_grammar import masked_logits
+        from policy.hf.grammar import masked_logits
 
         def score(prompts, outputs, masks, temperature, entropy_grad=False):
             device = model.device
@@ -202,7 +203,7 @@ def _peak_rss() -> int:
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """One learner step (after a warm-up on a small batch), timed and measured."""
-    from collective.train import Learner, TrainConfig
+    from collective.rl.train import Learner, TrainConfig
 
     device, dtype = case["device"], case["dtype"]
     torch.set_num_threads(case.get("threads", 1))
@@ -281,9 +282,9 @@ def policy_sweep(
     budget: float,
 ) -> list[dict[str, Any]]:
     from collective import ActionSpace, ArgSpec, ToolSpec
-    from collective.seeding import derive
+    from collective.base.seeding import derive
     from policy.base import PolicyRequest
-    from policy.hf_policy import HFPolicy
+    from policy.hf.policy import HFPolicy
 
     model = build_model(shape, tokenizer, device, dtype, 0)
     policy = HFPolicy(model)
@@ -382,7 +383,7 @@ def main() -> None:
     }
     print(f"bench/gpu.py on {result['machine']}: {shape}, {dtype}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        from collective.make_model import make_tiny_lm
+        from collective.rl.make_model import make_tiny_lm
 
         tokenizer = str(make_tiny_lm(Path(tmp) / "tiny-lm"))
         for mode in ("chunked", "naive"):

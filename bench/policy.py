@@ -48,8 +48,8 @@ import torch
 import trio
 
 from collective import Conductor, EpisodeConfig
-from collective.latency import PRESETS
-from collective.seeding import derive
+from collective.base.latency import PRESETS
+from collective.base.seeding import derive
 from policy.base import PolicyRequest, PolicyResponse
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 

@@ -39,7 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "rerun"
-#: The only fields of a metrics line a rerun does not reproduce: ``collective.rundir.WALL_CLOCK``,
+#: The only fields of a metrics line a rerun does not reproduce:
+# ``collective.rl.rundir.WALL_CLOCK``,
 #: written out here because this script runs with bench/ first on sys.path, where bench/policy.py
 #: shadows the policy package that importing collective needs (issue 27 removes the shadow).
 WALL_CLOCK = frozenset(

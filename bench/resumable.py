@@ -29,8 +29,8 @@ from typing import Any
 
 import msgspec
 
-from collective.config import TrainConfig, load_config
-from collective.train import read_metrics, train
+from collective.rl.config import TrainConfig, load_config
+from collective.rl.train import read_metrics, train
 
 
 def digest(*parts: Any) -> str:

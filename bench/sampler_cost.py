@@ -40,7 +40,7 @@ def worker(pool_file: Path) -> None:
     import torch
 
     import collective  # noqa: F401  (the engine before policy: policy.base imports it)
-    from collective.seeding import derive
+    from collective.base.seeding import derive
     from policy.tiny import TinyConfig, TinyModel
 
     torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """Signs of life, earned: do collectives trained with RLCR learn to use parallel inference?
 
-Trains the tiny policy with RLCR (collective/train.py) on the workshop's ``FINDINGS`` variant
+Trains the tiny policy with RLCR (collective/rl/train.py) on the workshop's ``FINDINGS`` variant
 (worlds/workshop.py: its docstring tables which knob would force which finding, and what each
 part of a prompt takes in bytes): one fixed 64-module task for every team size, every key with
 agent 0 and keys passed by direct message only (so a lone agent can build everything and a team
@@ -19,7 +19,8 @@ policy/scripted.py (``SCRIPTS``: an oracle that avoids clashes and passes keys, 
 working slot 1, never-pass-keys, no communication). A finding a control lacking the skill
 (``CONTROLS``) also shows is built into the world: its "yes" is no yes. Where the oracle shows
 it, the finding is attainable. Every figure has a mean over training seeds and its 95%
-Student-t interval over the per-seed values, reported with them (collective/intervals.py; with
+Student-t interval over the per-seed values, reported with them (collective/studies/intervals.py;
+with
 3 seeds the earlier bootstrap over seeds x instances covered 78-90% where it said 95%:
 bench/coverage.py). Each finding is judged by paired contrasts, by (seed, instance): the
 trained policy against the same seed's untrained weights and against random on the same
@@ -27,7 +28,8 @@ instances (and the claim's size, where it has one). Its p-value is the largest o
 two-sided t-tests over seeds (1 for a part on the wrong side), and "yes" needs it below 5% after
 Holm's correction over the PRIMARY findings, named in advance (SECONDARY ones are judged alone,
 so said). Useful work is the world tool calls that landed, communication the message and post
-tokens per agent-second (collective/signs.py; keys taught by message, ``taught``, beside it).
+tokens per agent-second (collective/records/signs.py; keys taught by message, ``taught``, beside
+it).
 The solo runs until it has spent the collective's output tokens or ``HORIZON`` times the limit;
 its time to the collective's score is censored when it never gets there, compared by
 restricted mean time (Kaplan-Meier), its censored share reported.
@@ -43,7 +45,7 @@ The findings, as the reference work states them:
 4. ablations: no latency pressure (a constant limit ``LOOSE``, evaluated at its own limit and at
    the main run's, with the share of its episodes that the limit ends), pressure by a latency
    penalty in the return instead of the limit (``latency_penalty``, ``PENALTY``, at ``LOOSE``), a
-   per-agent advantage (leave-one-out credit, collective/credit.py, less the group's mean credit
+   per-agent advantage (leave-one-out credit, collective/rl/credit.py, less the group's mean credit
    so it sums to zero), and three other organisations instead of the flat team: a CEO who
    hires, the orchestrator (the trained policy answers only for the orchestrator, agent 0;
    its sub-agents answer with the run's initial weights, frozen, and their turns are never
@@ -102,7 +104,10 @@ from collective import (  # noqa: E402
     latency_preset,
     run_episodes,
 )
-from collective.intervals import (  # noqa: E402
+from collective.records import load_episode  # noqa: E402
+from collective.records.signs import signs  # noqa: E402
+from collective.rl.train import TrainConfig, bucket, load_config, read_metrics  # noqa: E402
+from collective.studies.intervals import (  # noqa: E402
     Interval,
     bootstrap,
     bootstrap_fn,
@@ -112,9 +117,6 @@ from collective.intervals import (  # noqa: E402
     seed_interval,
     survival,
 )
-from collective.records import load_episode  # noqa: E402
-from collective.signs import signs  # noqa: E402
-from collective.train import TrainConfig, bucket, load_config, read_metrics  # noqa: E402
 from policy.scripted import ScriptedPolicy, workshop_scripts  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
 from policy.uniform import RandomPolicy  # noqa: E402
@@ -312,7 +314,7 @@ def play(cfgs: list[EpisodeConfig], run: Path, kind: str, concurrency: int = 20)
 
 def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.ndarray]:
     """Per (seed, team, instance): score, useful work (the output tokens of world tool calls
-    that landed, collective/signs.py; ``attempted``: those begun, refused ones included),
+    that landed, collective/records/signs.py; ``attempted``: those begun, refused ones included),
     communication (message and post tokens per agent-second alive; ``talk``: per episode), and
     whether the time limit ended the episode or the task was done (the rest ended idle: every
     agent waiting for a message nobody would send); ``useful_per_agent``: landed work tokens per
@@ -1489,7 +1491,7 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
         "and random (and the claim's size, where it has one); yes only when every contrast is "
         "on the claimed side and the largest of their p-values, Holm-adjusted over the "
         f"{len(PRIMARY)} primary findings named in advance, is below 0.05 "
-        "(collective/intervals.py).",
+        "(collective/studies/intervals.py).",
         *(
             []
             if s["quick"]

@@ -38,7 +38,7 @@ from collections.abc import Callable
 import trio
 
 from collective import EpisodeConfig, ToolError, World, run_episodes
-from collective.latency import PRESETS
+from collective.base.latency import PRESETS
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 from policy.uniform import RandomPolicy

@@ -1,19 +1,32 @@
 """collective: an actor-model simulation engine for training agent collectives with RLCR.
 
-Where things are (``docs/architecture.md`` has the picture): an agent's action lands in
-``collective.episode``; a message's rules live in ``collective.comms``; who is in an episode in
-``collective.cast``; time moves only in ``collective.conductor``, through each episode's
-``collective.agenda``; the collective advantage is computed in ``collective.train``.
+The floors, bottom up; each imports only the floors below it (``tests/test_import_graph.py``):
 
-The names below are imported on first use (PEP 562), so importing one submodule, such as
-``collective.actions`` from ``policy.base``, does not load the engine: no import loops between
-``collective`` and ``policy``.
+    base/      plain data: actions, seeded streams, latency, primitives, logging, file writes
+    records/   what an episode is (schema) and how it is kept (file format, streaming reader)
+    world/     the World class a researcher writes, its tools and parameters
+    engine/    where time moves (conductor, agenda) and an agent's turn happens (episode, actor)
+    replay/    re-run, fork and compare recorded episodes
+    views/     timelines, traces and swimlanes of an episode
+    rl/        RLCR training: config, rollouts, the collective advantage, the learner, Ray
+    studies/   scale studies, world checks, the statistics findings are judged by
+    cli.py     the ``collective`` command
+
+An agent's action lands in ``collective.engine.episode``; a message's rules live in
+``collective.engine.comms``; time moves only in ``collective.engine.conductor``, through each
+episode's ``collective.engine.agenda``; the collective advantage is computed in
+``collective.rl.train``. ``policy/`` (beside this package) sits on ``base/`` alone.
+
+The names of the faces below are imported on first use (PEP 562), so importing one submodule,
+such as ``collective.base.actions`` from ``policy.base``, does not load the engine: no import
+loops between ``collective`` and ``policy``.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import types
 from typing import TYPE_CHECKING, Any
 
 # One instruction set on every x86 CPU, set before anything of ours imports torch. torch's own
@@ -27,123 +40,43 @@ ISA = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": 
 for _name, _value in ISA.items():
     os.environ.setdefault(_name, _value)
 
-if TYPE_CHECKING:
-    from collective.actions import Action, ActionError, ActionSpace, ArgSpec, ToolSpec, parse_action
-    from collective.actor import Actor, Dismissed, EpisodeOver, default_program
-    from collective.cast import Cast
-    from collective.comms import Comms, Outcome
-    from collective.conductor import Conductor, run_episode, run_episodes
-    from collective.latency import LatencyModel, latency_preset
-    from collective.organisation import Organisation, make_organisation, register_organisation
-    from collective.primitives import PRIMITIVES, Primitive
-    from collective.records import (
-        Episode,
-        EpisodeConfig,
-        EpisodeFileError,
-        EpisodeStream,
-        EpisodeWriter,
-        Turn,
-        load_episode,
-        open_episode,
-        save_episode,
-    )
-    from collective.registry import resolve_world
-    from collective.swimlane import draw_timeline
-    from collective.trace import write_trace
-    from collective.world import OneOf, Range, Text, ToolError, World, tool
+if TYPE_CHECKING:  # the same names, for type checkers (each face re-exports with ``as``)
+    from collective.base import *  # noqa: F403
+    from collective.engine import *  # noqa: F403
+    from collective.records import *  # noqa: F403
+    from collective.views import *  # noqa: F403
+    from collective.world import *  # noqa: F403
 
-_HOME: dict[str, str] = {
-    "Action": "collective.actions",
-    "ActionError": "collective.actions",
-    "ActionSpace": "collective.actions",
-    "Actor": "collective.actor",
-    "ArgSpec": "collective.actions",
-    "Cast": "collective.cast",
-    "Comms": "collective.comms",
-    "Conductor": "collective.conductor",
-    "default_program": "collective.actor",
-    "Dismissed": "collective.actor",
-    "EpisodeOver": "collective.actor",
-    "draw_timeline": "collective.swimlane",
-    "Episode": "collective.records",
-    "EpisodeConfig": "collective.records",
-    "EpisodeFileError": "collective.records",
-    "EpisodeStream": "collective.records",
-    "EpisodeWriter": "collective.records",
-    "latency_preset": "collective.latency",
-    "LatencyModel": "collective.latency",
-    "load_episode": "collective.records",
-    "make_organisation": "collective.organisation",
-    "OneOf": "collective.world",
-    "open_episode": "collective.records",
-    "Organisation": "collective.organisation",
-    "Outcome": "collective.comms",
-    "parse_action": "collective.actions",
-    "Primitive": "collective.primitives",
-    "PRIMITIVES": "collective.primitives",
-    "Range": "collective.world",
-    "register_organisation": "collective.organisation",
-    "resolve_world": "collective.registry",
-    "run_episode": "collective.conductor",
-    "run_episodes": "collective.conductor",
-    "save_episode": "collective.records",
-    "Text": "collective.world",
-    "tool": "collective.world",
-    "ToolError": "collective.world",
-    "ToolSpec": "collective.actions",
-    "Turn": "collective.records",
-    "World": "collective.world",
-    "write_trace": "collective.trace",
-}
-__all__ = [
-    "PRIMITIVES",
-    "Action",
-    "ActionError",
-    "ActionSpace",
-    "Actor",
-    "ArgSpec",
-    "Cast",
-    "Comms",
-    "Conductor",
-    "Dismissed",
-    "Episode",
-    "EpisodeConfig",
-    "EpisodeFileError",
-    "EpisodeOver",
-    "EpisodeStream",
-    "EpisodeWriter",
-    "LatencyModel",
-    "OneOf",
-    "Organisation",
-    "Outcome",
-    "Primitive",
-    "Range",
-    "Text",
-    "ToolError",
-    "ToolSpec",
-    "Turn",
-    "World",
-    "default_program",
-    "draw_timeline",
-    "latency_preset",
-    "load_episode",
-    "make_organisation",
-    "open_episode",
-    "parse_action",
-    "register_organisation",
-    "resolve_world",
-    "run_episode",
-    "run_episodes",
-    "save_episode",
-    "tool",
-    "write_trace",
-]
+#: The faces whose names ``collective`` hands on, each loaded on first use. A face lists its
+#: public names once, as ``from .module import Name as Name``.
+FACES = (
+    "collective.base",
+    "collective.records",
+    "collective.world",
+    "collective.engine",
+    "collective.views",
+)
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'collective' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # once
-    return value
+    if name == "__all__":  # ``from collective import *``
+        return [n for n in __dir__() if n not in ("FACES", "ISA")]
+    if not name.startswith("_"):
+        for face in FACES:
+            value = getattr(importlib.import_module(face), name, None)
+            if value is not None and not isinstance(value, types.ModuleType):
+                globals()[name] = value  # once
+                return value
+    raise AttributeError(f"module 'collective' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    names = set(globals())
+    for face in FACES:
+        module = importlib.import_module(face)
+        names.update(
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_") and not isinstance(v, types.ModuleType)
+        )
+    return sorted(names)

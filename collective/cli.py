@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from collective import log as logsetup
-from collective.outputs import check_dir, check_file, printable, writing_dir
+from collective.base import log as logsetup
+from collective.base.outputs import check_dir, check_file, printable, writing_dir
 from collective.records import (
     Asked,
     Began,
@@ -134,10 +134,10 @@ def _close(policy: Any) -> None:
 
 @command
 def cmd_run(a: argparse.Namespace) -> int:
-    from collective.conductor import run_episode
-    from collective.latency import latency_preset
-    from collective.organisation import make_organisation
-    from collective.registry import check_runnable
+    from collective.base.latency import latency_preset
+    from collective.engine.conductor import run_episode
+    from collective.engine.organisation import make_organisation
+    from collective.engine.registry import check_runnable
     from collective.replay import tokenizer_of
     from policy.factory import make_policy
 
@@ -202,7 +202,7 @@ def _world_to_import(ep: EpisodeStream, a: argparse.Namespace) -> str | None:
     """The world reference a replay may import: the user's ``--world``; else the episode's own
     if it is built in or the user passed ``--trust-world`` (None: the recorded one). Opening
     someone's episode must not run code that only the file names."""
-    from collective.registry import is_builtin
+    from collective.engine.registry import is_builtin
 
     if a.world:
         return a.world
@@ -217,7 +217,7 @@ def _world_to_import(ep: EpisodeStream, a: argparse.Namespace) -> str | None:
 
 @command
 def cmd_replay(a: argparse.Namespace) -> int:
-    from collective.registry import check_runnable
+    from collective.engine.registry import check_runnable
     from collective.replay import audit, first_divergence, fork, prefix
     from policy.factory import make_policy
 
@@ -283,7 +283,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
 
 @command
 def cmd_check(a: argparse.Namespace) -> int:
-    from collective.check import check_world
+    from collective.studies.check import check_world
 
     report = check_world(
         a.world,
@@ -366,7 +366,7 @@ def _describe(e: Any, exact: bool) -> str:
 def cmd_show(a: argparse.Namespace) -> int:
     ep = open_episode(a.episode)
     if a.png is not None:
-        from collective.swimlane import MAX_LANES, draw_timeline
+        from collective.views.swimlane import MAX_LANES, draw_timeline
 
         check_file(a.png, "--png", [a.episode])
 
@@ -433,7 +433,7 @@ def _show_observations(ep: EpisodeStream, a: argparse.Namespace) -> None:
 
 @command
 def cmd_trace(a: argparse.Namespace) -> int:
-    from collective.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
+    from collective.views.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
 
     ep = open_episode(a.episode)
     keep = parse_agents(a.agents) if a.agents is not None else None
@@ -490,7 +490,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
 @command
 def cmd_train(a: argparse.Namespace) -> int:
-    from collective.train import Interrupted, load_config, read_metrics, train
+    from collective.rl.train import Interrupted, load_config, read_metrics, train
 
     if a.resume:
         if a.config or a.out:
@@ -534,7 +534,7 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 @command
 def cmd_plot(a: argparse.Namespace) -> int:
-    from collective.plots import plot_run
+    from collective.rl.plots import plot_run
 
     if not _have_matplotlib():
         raise ValueError("plot needs matplotlib: pip install 'collective[plots]'")
@@ -552,8 +552,8 @@ def cmd_make_model(a: argparse.Namespace) -> int:
 
     from safetensors import safe_open
 
-    from collective.make_model import MAKERS
-    from policy.hf_make import check_empty
+    from collective.rl.make_model import MAKERS
+    from policy.hf.make import check_empty
 
     t0 = time.perf_counter()
     path = check_dir(a.dir, "make-model")
@@ -592,8 +592,8 @@ def _numbers(text: str, kind: type = int) -> tuple:
 
 @command
 def cmd_study(a: argparse.Namespace) -> int:
-    from collective.config import ClusterConfig
-    from collective.study import ScaleConfig, scale_study
+    from collective.rl.config import ClusterConfig
+    from collective.studies.study import ScaleConfig, scale_study
 
     if not _have_matplotlib():  # checked now: the study draws scale.png after all its runs
         raise ValueError("study needs matplotlib for scale.png: pip install 'collective[plots]'")

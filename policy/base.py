@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
-from collective.actions import ActionSpace
+from collective.base.actions import ActionSpace
 
 if TYPE_CHECKING:
     import torch  # only for annotations: importing the engine must not load torch

@@ -3,7 +3,7 @@
 A server that decodes under a constraint (SGLang's ``regex`` and ``ebnf`` sampling parameters)
 can only emit text the constraint accepts, so an untrained model still produces valid actions.
 Both forms accept exactly the canonical text of every action of the space (the one-line format
-of :mod:`collective.actions`):
+of :mod:`collective.base.actions`):
 
 - a tool name, then its arguments in declared order, each after one space;
 - an int in ``lo..hi`` in plain decimal (no sign on zero, no leading zeros); the range becomes a
@@ -18,7 +18,7 @@ the GBNF dialect with repetition ranges).
 
 from __future__ import annotations
 
-from collective.actions import ActionSpace, ArgSpec, ToolSpec
+from collective.base.actions import ActionSpace, ArgSpec, ToolSpec
 
 #: One digit position: the inclusive range of digits it may hold.
 Digits = tuple[int, int]
@@ -89,7 +89,7 @@ def _regex_digits(seq: list[Digits]) -> str:
 
 
 def _regex_word(word: str) -> str:
-    # Choice words and tool names use letters, digits and _.:#/+- only (collective.actions);
+    # Choice words and tool names use letters, digits and _.:#/+- only (collective.base.actions);
     # of these only "." and "+" mean something in a regex outside a class.
     return word.replace(".", r"\.").replace("+", r"\+")
 

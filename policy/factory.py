@@ -4,7 +4,7 @@
 ``hf:DIR`` (a Hugging Face model directory, sampled in this process);
 ``sglang:URL[,URL...] [OPTION=VALUE ...]`` (a fleet of running servers) or
 ``sglang:launch:MODEL [OPTION=VALUE ...] [-- SGLANG_ARG ...]`` (the options and the spec's syntax
-are in :mod:`policy.sglang`).
+are in :mod:`policy.sglang.client`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def make_policy(spec: str, *, seed: int = 0) -> Policy:
     if name == "hf":
         if not arg:
             raise ValueError("hf:DIR needs a model directory")
-        from policy.hf_policy import load_hf_policy
+        from policy.hf.policy import load_hf_policy
 
         return load_hf_policy(arg)
     if name == "sglang":
@@ -44,6 +44,6 @@ def _tiny(path: str, seed: int) -> Policy:
 
 
 def _sglang(arg: str) -> Policy:
-    from policy.sglang import policy_from_spec
+    from policy.sglang.client import policy_from_spec
 
     return policy_from_spec(arg)

@@ -1,6 +1,6 @@
 """Action spaces compiled to token automata, so a byte-level model can only emit valid actions.
 
-An :class:`~collective.actions.ActionSpace` fixes the one-line action format: a tool name, then
+An :class:`~collective.base.actions.ActionSpace` fixes the one-line action format: a tool name, then
 its arguments separated by single spaces (an int in ``lo..hi`` as canonical decimal, a choice
 word, or a double-quoted text of at most ``max_chars`` printable ASCII characters other than
 ``"``, always last), then EOS. That language is finite, so it is a DFA over the byte vocabulary of
@@ -33,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from collective.actions import ActionSpace, ArgSpec
+from collective.base.actions import ActionSpace, ArgSpec
 from policy.tokenizer import EOS, VOCAB_SIZE
 
 BLOCKED = np.iinfo(np.int32).max // 2  # a cost no budget reaches

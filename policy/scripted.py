@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from collective.seeding import Stream
+from collective.base.seeding import Stream
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from collective.actions import ArgSpec, ToolSpec
-from collective.seeding import Stream
+from collective.base.actions import ArgSpec, ToolSpec
+from collective.base.seeding import Stream
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
 
@@ -56,7 +56,7 @@ def _spare(spec: ToolSpec, max_tokens: int) -> int:
 
 def sample_action(req: PolicyRequest) -> tuple[str, list[int], list[float]]:
     """A uniformly random action that fits the answer's bound (``max_tokens``): an answer past
-    it is rejected (``collective.conductor.bounded``), and a random team's actions are valid
+    it is rejected (``collective.engine.conductor.bounded``), and a random team's actions are valid
     ones. Tools, choices and words that cannot fit are not drawn; while the bound does not
     bite, every draw is what it was before the bound was heeded (the same episodes)."""
     rng = Stream(req.seed)

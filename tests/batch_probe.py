@@ -25,7 +25,7 @@ import torch
 
 import collective  # noqa: F401  (the engine before policy: policy.base imports it)
 from collective import ActionSpace, ArgSpec, ToolSpec
-from collective.seeding import derive
+from collective.base.seeding import derive
 from policy.base import PolicyRequest
 from policy.tiny import TinyConfig, TinyModel
 

@@ -24,8 +24,8 @@ from hypothesis import settings
 from trio_timeouts import pytest_runtest_call  # noqa: F401  (a hook: pytest finds it here)
 
 from collective import Episode, EpisodeConfig, run_episode
-from collective.config import TrainConfig
-from collective.rundir import WALL_CLOCK, read_metrics
+from collective.rl.config import TrainConfig
+from collective.rl.rundir import WALL_CLOCK, read_metrics
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig
@@ -182,7 +182,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def sglang_train_config() -> Callable[..., Any]:
     """A short RLCR run of a Hugging Face model served by SGLang servers (the stand-ins of
     ``tests/sglang_fake.py``), on tally: ``(model directory, server URLs, **other fields)``."""
-    from collective.train import TrainConfig  # here, not above: torch after the worker's setup
+    from collective.rl.train import TrainConfig  # here, not above: torch after the worker's setup
 
     def config(model: Path | str, urls: Sequence[str], **more: Any) -> TrainConfig:
         fields: dict[str, Any] = dict(

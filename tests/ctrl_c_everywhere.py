@@ -36,8 +36,8 @@ import msgspec
 import trio
 
 from collective import Conductor, EpisodeConfig
-from collective.rundir import WALL_CLOCK
-from collective.train import Interrupted, load_config, read_metrics, train
+from collective.rl.rundir import WALL_CLOCK
+from collective.rl.train import Interrupted, load_config, read_metrics, train
 from policy.uniform import RandomPolicy
 
 ROOT = os.path.dirname(sys.modules["collective"].__file__ or "")

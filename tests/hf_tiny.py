@@ -29,7 +29,7 @@ def make_tokenizer(directory: Path | None = None) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from policy.hf_make import CHAT_TEMPLATE
+    from policy.hf.make import CHAT_TEMPLATE
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -74,6 +74,6 @@ def make_model(tokenizer: Any, seed: int = 0, vocab_size: int | None = None) -> 
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``collective make-model tiny-lm DIR`` (seed 0), once per session; do not write into it."""
-    from collective.make_model import make_tiny_lm
+    from collective.rl.make_model import make_tiny_lm
 
     return make_tiny_lm(tmp_path_factory.mktemp("models") / "tiny-lm", seed=0)

@@ -29,8 +29,8 @@ from hostile import seal, seal_parts
 from collective import EpisodeConfig, run_episode, save_episode
 from collective.cli import main
 from collective.records import encode_episode, episode_file_bytes, episode_parts
-from collective.rundir import WALL_CLOCK, RunDir
-from collective.train import load_config, read_metrics, train
+from collective.rl.rundir import WALL_CLOCK, RunDir
+from collective.rl.train import load_config, read_metrics, train
 from policy.tiny import TinyConfig, TinyModel
 from policy.tiny.checkpoint import save_checkpoint
 from policy.uniform import RandomPolicy
@@ -923,7 +923,7 @@ def test_training_without_matplotlib_skips_the_plots_with_a_note(tmp_path: Path)
 
 def test_importing_the_package_configures_no_logging() -> None:
     code = (
-        "import logging, structlog, collective, collective.train; "
+        "import logging, structlog, collective, collective.rl.train; "
         "print(structlog.is_configured(), logging.getLogger().handlers)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -10,9 +10,9 @@ import msgspec
 import pytest
 
 from collective import EpisodeConfig, load_episode, run_episode
-from collective.check import check_world, score_before
+from collective.base.latency import PRESETS
 from collective.cli import main
-from collective.latency import PRESETS
+from collective.studies.check import check_world, score_before
 from policy.uniform import RandomPolicy
 
 HERE = Path(__file__).parent

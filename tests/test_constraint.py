@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collective import ActionSpace, ArgSpec, ToolSpec, parse_action
-from collective.actions import format_action
+from collective.base.actions import format_action
 from policy.base import PolicyRequest
 from policy.constraint import action_ebnf, action_regex
 from policy.uniform import sample_action

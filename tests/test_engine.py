@@ -24,7 +24,7 @@ from collective import (
     run_episode,
     run_episodes,
 )
-from collective.actor import Program
+from collective.engine.actor import Program
 from collective.records import (
     Committed,
     Delivered,

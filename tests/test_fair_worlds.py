@@ -1,5 +1,5 @@
 """The workshop's fairness knobs (worlds/workshop.py) and the per-agent credit
-(collective/credit.py) that the signs-of-life study relies on, in real episodes.
+(collective/rl/credit.py) that the signs-of-life study relies on, in real episodes.
 
 Each knob is checked for the finding it keeps from being built in: a fixed task is the same
 instance whatever the team; with ``holders = "first"`` a lone agent can build a task sized for
@@ -15,8 +15,8 @@ import re
 import pytest
 from conftest import run
 
-from collective.credit import LeaveOut, agents_of, leave_one_out
 from collective.records import Committed, Hired
+from collective.rl.credit import LeaveOut, agents_of, leave_one_out
 from policy.base import PolicyRequest
 from worlds.workshop import Workshop
 
@@ -147,7 +147,7 @@ def test_a_ceo_who_only_hires_is_credited_with_its_hires_work() -> None:
 
 
 def test_the_per_agent_advantage_credits_the_key_passer() -> None:
-    from collective.train import TrainConfig, step_samples
+    from collective.rl.train import TrainConfig, step_samples
 
     def script(passes: bool):
         def s(r: PolicyRequest) -> str:
@@ -176,7 +176,7 @@ def test_the_per_agent_advantage_has_a_zero_mean_baseline() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from collective.train import TrainConfig, individual_advantages, step_samples
+    from collective.rl.train import TrainConfig, individual_advantages, step_samples
 
     def script(r: PolicyRequest) -> str:
         hire = r.space.tool("hire")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import collective  # noqa: F401  (import the engine before policy: policy.base imports it)
 from collective import ActionSpace, ArgSpec, ToolSpec, parse_action
-from collective.seeding import Stream
+from collective.base.seeding import Stream
 from policy import tokenizer
 from policy.base import PolicyRequest
 from policy.grammar import BLOCKED, DONE, START, Grammar, batch_tables, compile_space

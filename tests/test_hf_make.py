@@ -17,7 +17,7 @@ from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collective.make_model import make_tiny_lm
+from collective.rl.make_model import make_tiny_lm
 
 PROMPT = [{"role": "user", "content": "agent 0: count 3 of 20"}]
 
@@ -66,12 +66,12 @@ _TOKENIZERS: dict[Path, object] = {}
 @settings(max_examples=40, deadline=None)
 @given(st.text(max_size=60))
 def test_the_tokenizer_round_trips_any_text(tiny_lm, text):  # noqa: F811
-    from policy.hf_prompt import load_tokenizer
+    from policy.hf.prompt import load_tokenizer
 
     if tiny_lm not in _TOKENIZERS:
         _TOKENIZERS[tiny_lm] = load_tokenizer(tiny_lm)
     tokenizer = _TOKENIZERS[tiny_lm]
-    # NFC first: Qwen2's normaliser, kept on purpose (module policy.hf_make)
+    # NFC first: Qwen2's normaliser, kept on purpose (module policy.hf.make)
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == (
         unicodedata.normalize("NFC", text)
     )

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from collective import ActionSpace, ArgSpec, EpisodeConfig, ToolSpec, parse_action, run_episodes
 from collective.replay import verify
-from policy import hf_grammar
 from policy.base import PolicyError, PolicyRequest
 from policy.factory import make_policy
-from policy.hf import HFModel
-from policy.hf_grammar import masked_logits, unpack
-from policy.hf_policy import HFPolicy, draw
+from policy.hf import grammar as hf_grammar
+from policy.hf.grammar import masked_logits, unpack
+from policy.hf.policy import HFPolicy, draw
+from policy.hf.sample import HFModel
 from worlds.tally import Tally
 
 WAIT = ToolSpec("wait", (ArgSpec("seconds", "int", lo=0, hi=600),), "wait")

@@ -17,8 +17,8 @@ import torch
 from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 
 from collective import load_episode
-from collective.rundir import WALL_CLOCK
-from collective.train import load_config, read_metrics, train
+from collective.rl.rundir import WALL_CLOCK
+from collective.rl.train import load_config, read_metrics, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "llm-cpu.toml"

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective import EpisodeConfig, run_episode
-from collective.comms import Archive
-from collective.seeding import Stream, derive, splitmix64
+from collective.base.seeding import Stream, derive, splitmix64
+from collective.engine.comms import Archive
 from policy.base import PolicyRequest, PolicyResponse
 from policy.uniform import RandomPolicy
 

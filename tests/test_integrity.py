@@ -24,13 +24,13 @@ from collective import (
     EpisodeFileError,
     load_episode,
     open_episode,
-    registry,
     run_episode,
     save_episode,
 )
-from collective.actions import longest_action
+from collective.base.actions import longest_action
+from collective.base.outputs import OutputError, check_file, write_file
 from collective.cli import main
-from collective.outputs import OutputError, check_file, write_file
+from collective.engine import registry
 from collective.records import (
     HEADER_SIZE,
     MAGIC,

@@ -1,4 +1,5 @@
-"""The interval and verdict rule every signs-of-life finding is judged by (collective/intervals.py).
+"""The interval and verdict rule every signs-of-life finding is judged by
+(collective/studies/intervals.py).
 
 Properties over random tables (hypothesis), plus coverage checks on simulated designs of the
 experiment's shape (seeds x instances, seed-level random effects): a 95% interval over seeds
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collective.intervals import (
+from collective.studies.intervals import (
     MISSING,
     Interval,
     bootstrap,

@@ -16,8 +16,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.tensorboard import SummaryWriter
 
 from collective.cli import main
-from collective.loggers import flatten, wandb_mode
-from collective.train import time_limit_at, train
+from collective.rl.loggers import flatten, wandb_mode
+from collective.rl.train import time_limit_at, train
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from collective.plots import plot_run, returns_figure
-from collective.rundir import read_metrics
-from collective.train import TrainConfig, train
+from collective.rl.plots import plot_run, returns_figure
+from collective.rl.rundir import read_metrics
+from collective.rl.train import TrainConfig, train
 from policy.tiny import TinyConfig
 
 SMALL = dict(

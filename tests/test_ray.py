@@ -38,20 +38,20 @@ ray = pytest.importorskip("ray")
 from conftest import CLI_AT_A_TERMINAL, scaled  # noqa: E402
 
 from collective import load_episode  # noqa: E402
-from collective.cluster import (  # noqa: E402
+from collective.rl.cluster import (  # noqa: E402
     LEARNER_NAME,
     RayRollouts,
 )
-from collective.config import ClusterConfig  # noqa: E402
-from collective.rundir import WALL_CLOCK, episode_key  # noqa: E402
-from collective.study import ScaleConfig, scale_study  # noqa: E402
-from collective.train import (  # noqa: E402
+from collective.rl.config import ClusterConfig  # noqa: E402
+from collective.rl.rundir import WALL_CLOCK, episode_key  # noqa: E402
+from collective.rl.train import (  # noqa: E402
     Interrupted,
     TrainConfig,
     load_config,
     read_metrics,
     train,
 )
+from collective.studies.study import ScaleConfig, scale_study  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,8 +291,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A starting Hugging Face model and two stand-in SGLang servers serving it, as processes."""
     from hf_tiny import make_model, make_tokenizer
 
-    from policy.hf import HFModel
-    from policy.sglang import SGLangServer
+    from policy.hf.sample import HFModel
+    from policy.sglang.client import SGLangServer
 
     tokenizer = make_tokenizer()
     start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path_factory.mktemp("hf") / "m")

@@ -22,13 +22,12 @@ from collective import (
     EpisodeWriter,
     load_episode,
     open_episode,
-    records,
     run_episode,
     save_episode,
 )
-from collective import episode as episode_module
 from collective.cli import main
-from collective.records import encode_episode
+from collective.engine import episode as episode_module
+from collective.records import encode_episode, fileformat
 from collective.replay import audit, differences
 from policy.uniform import RandomPolicy
 
@@ -145,7 +144,7 @@ def test_a_whole_episode_saved_in_many_chunks_loads_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ep = run_episode(CFG, RandomPolicy())
-    monkeypatch.setattr(records, "CHUNK_RECORDS", 16)  # outcomes land chunks after their turns
+    monkeypatch.setattr(fileformat, "CHUNK_RECORDS", 16)  # outcomes land chunks after their turns
     save_episode(ep, tmp_path / "ep.msgpack")
     stream = open_episode(tmp_path / "ep.msgpack")
     assert len(stream.offsets) > 10

@@ -15,8 +15,8 @@ import numpy as np
 from conftest import small_train
 
 from bench.resumable import cached, run_digest, store, stored_digest, train_digest, train_exact
-from collective.config import TrainConfig, dump_config
-from collective.train import read_metrics
+from collective.rl.config import TrainConfig, dump_config
+from collective.rl.train import read_metrics
 from policy.tiny import TinyConfig
 
 ROOT = Path(__file__).resolve().parent.parent

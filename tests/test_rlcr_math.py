@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective.train import (
+from collective.rl.train import (
     TrainConfig,
     clipped_pg_loss,
     group_advantages,

@@ -17,8 +17,8 @@ import pytest
 from conftest import comparable_metrics, small_train
 
 from collective.cli import main
-from collective.rundir import LOCK, RunDir
-from collective.train import load_config, read_metrics, train
+from collective.rl.rundir import LOCK, RunDir
+from collective.rl.train import load_config, read_metrics, train
 
 CLI = [sys.executable, "-m", "collective.cli"]
 
@@ -98,8 +98,8 @@ def test_a_resume_is_refused_while_another_process_resumes(tmp_path: Path) -> No
     train(small_train(steps=2), run, progress=False, stop_after=1)
     code = (
         "import sys, time\n"
-        "from collective.rundir import RunDir\n"
-        "from collective.train import load_config\n"
+        "from collective.rl.rundir import RunDir\n"
+        "from collective.rl.train import load_config\n"
         f"run = {str(run)!r}\n"
         "with RunDir(run, load_config(run + '/config.toml')).lock(resume=True):\n"
         "    print('held', flush=True)\n"

@@ -31,16 +31,16 @@ from hf_tiny import make_model, make_tokenizer
 from sglang_fake import FakeSGLang, stand_in_logprob
 
 from collective import ActionSpace, ArgSpec, ToolSpec, load_episode, parse_action
-from collective import log as logsetup
+from collective.base import log as logsetup
+from collective.base.seeding import derive
 from collective.cli import main as cli_main
 from collective.replay import verify
-from collective.seeding import derive
 from policy.base import PolicyError, PolicyRequest
 from policy.constraint import action_ebnf, action_regex
 from policy.factory import make_policy
-from policy.hf import HFModel
-from policy.hf_prompt import prompt_ids
-from policy.sglang import (
+from policy.hf.prompt import prompt_ids
+from policy.hf.sample import HFModel
+from policy.sglang.client import (
     SGLangPolicy,
     SGLangServer,
     free_port,
@@ -973,7 +973,7 @@ def test_rlcr_on_the_hf_backend_sends_every_new_version_to_the_server(
     machine allows: the stand-in server samples (its logprobs are stand-ins, so this checks the
     plumbing, not learning): each learner step writes the weights where the server loads them,
     pauses, loads, continues, and tokens sampled afterwards carry the new version."""
-    from collective.train import read_metrics, train
+    from collective.rl.train import read_metrics, train
 
     tokenizer = make_tokenizer()
     start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path / "start")

@@ -1,4 +1,5 @@
-"""The signs of life mean their names (collective/signs.py), on real episodes: useful work is the
+"""The signs of life mean their names (collective/records/signs.py), on real episodes: useful work
+is the
 world tool calls that landed, not those begun; communication is messages and posts, not hires,
 reads or the archive, and is also reported per agent-second alive."""
 
@@ -12,9 +13,9 @@ from conftest import run
 
 from collective import EpisodeConfig, run_episodes
 from collective.records import Fired, Hired
-from collective.rundir import StepMetrics
-from collective.signs import signs
-from collective.train import TrainConfig, step_samples
+from collective.records.signs import signs
+from collective.rl.rundir import StepMetrics
+from collective.rl.train import TrainConfig, step_samples
 from policy.base import PolicyRequest
 from policy.uniform import RandomPolicy
 

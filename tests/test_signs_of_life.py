@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from collective.train import load_config, read_metrics
+from collective.rl.train import load_config, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("main", "no_pressure", "latency_penalty", "per_agent", "ceo", "orchestrator", "islands")
@@ -128,7 +128,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     orchestrator's sub-agents answer with the frozen policy and only agent 0's tokens are
     trained; a flat team, where every agent answers with the trained policy, fails it."""
     from bench.signs_of_life import frozen_check, limit_share, variants
-    from collective.train import TrainConfig, train
+    from collective.rl.train import TrainConfig, train
 
     specs = variants(quick=True, steps=1)
     runs = {}
@@ -152,7 +152,7 @@ def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() 
     import numpy as np
 
     from bench.signs_of_life import PRIMARY, contrast, finding, judge_findings, versus
-    from collective.intervals import seed_interval
+    from collective.studies.intervals import seed_interval
 
     main = np.array([[1.0, 1.2], [5.0, 5.1], [9.0, 9.3]])  # seeds 0, 1, 2: seed effects
     variant = np.array([[0.5, 0.6], [8.4, 8.9]])  # seeds 0 and 2 only

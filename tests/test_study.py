@@ -10,8 +10,8 @@ from pathlib import Path
 import trio
 
 from collective import Conductor, EpisodeConfig, latency_preset
-from collective.signs import signs
-from collective.study import ScaleConfig, cell
+from collective.records.signs import signs
+from collective.studies.study import ScaleConfig, cell
 from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint
 

@@ -12,7 +12,7 @@ from matplotlib.image import imread
 from collective import EpisodeConfig, draw_timeline, load_episode, run_episode, save_episode
 from collective.cli import main
 from collective.records import Asked, Began, Fired, Happened, Posted
-from collective.swimlane import COLOURS, MAX_LANES, WORLD_COLOUR, lanes, title
+from collective.views.swimlane import COLOURS, MAX_LANES, WORLD_COLOUR, lanes, title
 from policy.uniform import RandomPolicy
 
 

@@ -29,9 +29,9 @@ from collective import (
     parse_action,
     run_episode,
 )
+from collective.base.seeding import Stream, derive
 from collective.records import encode_episode
 from collective.replay import replay
-from collective.seeding import Stream, derive
 from policy import tokenizer
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.factory import make_policy

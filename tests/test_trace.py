@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from collective import Episode, EpisodeConfig, run_episode, save_episode, write_trace
 from collective.cli import main
 from collective.records import Asked, Began, Posted, Spawned, Thought
-from collective.trace import parse_agents
+from collective.views.trace import parse_agents
 from policy.uniform import RandomPolicy
 
 PHASES = set("BEXiICMstfbenPOND")

@@ -16,8 +16,9 @@ from conftest import comparable_metrics, scaled, small_train
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collective import Conductor, EpisodeConfig, load_episode, run_episodes, rundir
-from collective.train import (
+from collective import Conductor, EpisodeConfig, load_episode, run_episodes
+from collective.rl import rundir
+from collective.rl.train import (
     episode_key,
     episode_name,
     load_config,
@@ -300,8 +301,8 @@ def test_the_learner_sees_the_distribution_that_sampled(tmp_path: Path) -> None:
     """Before any update the learner's weights are the behaviour policy's: every importance
     ratio must be 1 and nothing clipped. (Recomputing under another mask or length budget than
     sampling used would show here as ratios away from 1.)"""
-    from collective.backend import TinyBackend
-    from collective.train import Learner
+    from collective.rl.backend import TinyBackend
+    from collective.rl.train import Learner
 
     cfg = small_train(max_output_tokens=10, team_sizes=(3,))
     backend = TinyBackend(cfg)

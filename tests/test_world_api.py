@@ -21,7 +21,7 @@ from collective import (
     parse_action,
     tool,
 )
-from collective.actions import format_action
+from collective.base.actions import format_action
 from collective.world import check_built, convert_params
 from worlds.tally import Tally
 

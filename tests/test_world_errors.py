@@ -17,7 +17,7 @@ from conftest import by_turn, run
 from collective import Actor, Conductor, EpisodeConfig
 from collective.records import Ended, Failed, encode_episode, world_error
 from collective.replay import verify
-from collective.train import Learner, load_config, read_metrics, train
+from collective.rl.train import Learner, load_config, read_metrics, train
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 
@@ -176,7 +176,7 @@ def test_training_stops_at_the_first_world_error_keeps_it_and_resumes(tmp_path: 
     assert not (run_dir / "episodes" / Path(kept[1]).name).exists(), "never learned from"
     # The world fixed (the bug taken out), the run resumes and finishes.
     world.write_text(source.replace('raise KeyError("no such thing")', "pass"))
-    from collective import registry
+    from collective.engine import registry
 
     registry._loaded.clear()  # a new process would import the fixed file afresh
     train(load_config(run_dir / "config.toml"), run_dir, resume=True, progress=False)

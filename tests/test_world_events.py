@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective import Actor, Conductor, EpisodeConfig, run_episode
-from collective.latency import PRESETS
+from collective.base.latency import PRESETS
 from collective.records import Committed, Ended, Happened, Posted, Woke, encode_episode
 from collective.replay import first_divergence, fork, prefix, verify
 from policy.base import PolicyRequest

@@ -66,7 +66,7 @@ def random_episode(world: str, agents: int, seed: int, limit: float, **params: A
 
 
 def _tiny() -> Any:
-    from collective.latency import PRESETS
+    from collective.base.latency import PRESETS
 
     return PRESETS["tiny"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from collective.seeding import Stream, derive
+from collective.base.seeding import Stream, derive
 from collective.world import Range, ToolError, World, tool
 
 

@@ -72,7 +72,7 @@ With any of the first five on, ``metrics`` also reports ``taught``: the keys age
 messages, the communication that carried knowledge.
 
 "Tokens cost time" is the latency model's, not the world's: ``FINDINGS`` is meant with the
-``tiny-paced`` preset (collective/latency.py: 50 ms an output token), under which a solo agent
+``tiny-paced`` preset (collective/base/latency.py: 50 ms an output token), under which a solo agent
 spending a team's tokens needs measurably longer. "No organisation contains the solo": compare
 a flat team with a solo (every agent from the start), not a CEO who starts alone.
 
@@ -102,7 +102,7 @@ So at the study's context of 128 the model saw a whole inbox in about one prompt
 with ``FINDINGS`` use a context of 256 (``TinyConfig.context``, recorded in every checkpoint, so
 older checkpoints load with their own 128), which holds every inbox line measured; the model
 then reads 128 prompt tokens a turn on average instead of 100 (+27%; 124 at a context of
-192). The prompt layout itself (``collective/actor.py``) is unchanged.
+192). The prompt layout itself (``collective/engine/actor.py``) is unchanged.
 """
 
 from __future__ import annotations

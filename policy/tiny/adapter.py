@@ -32,7 +32,7 @@ import msgspec
 import torch
 import trio
 
-from collective.actions import ActionSpace
+from collective.base.actions import ActionSpace
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.grammar import batch_tables
 from policy.tiny import decode

@@ -16,7 +16,7 @@ world looks like, how its last action ended and where its answer begins; what it
 end of a long message list, or the start of a very long result.
 
 Randomness is counter-based: output token ``t`` of a request uses draw ``t + 1`` of
-``collective.seeding.Stream(request.seed)`` (computed in torch for the whole batch at once) and
+``collective.base.seeding.Stream(request.seed)`` (computed in torch for the whole batch at once) and
 picks a token by inverting the CDF of the masked distribution.
 
 Batch independence, bit for bit: a request's tokens and logprobs are the same floats whichever
@@ -84,7 +84,7 @@ def uniforms(seeds: torch.Tensor, step: int) -> torch.Tensor:
     """Draw ``step + 1`` of ``Stream(seed)`` for each seed, as float64 in [0, 1).
 
     int64 arithmetic wraps modulo 2**64 in torch, so this is SplitMix64 bit for bit (the tests
-    compare it with ``collective.seeding``).
+    compare it with ``collective.base.seeding``).
     """
     x = seeds + _signed((step + 1) * _GOLDEN)
     x = x + _signed(_GOLDEN)

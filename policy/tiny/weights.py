@@ -54,7 +54,7 @@ def save_weights(
     config: TinyConfig, version: int, state: dict[str, torch.Tensor], path: str | Path
 ) -> Path:
     """Write atomically (a crash never leaves half a checkpoint under the final name)."""
-    from collective.outputs import save_torch
+    from collective.base.outputs import save_torch
 
     path = Path(path)
     meta = CheckpointMeta(config=config, version=version)
@@ -64,7 +64,7 @@ def save_weights(
 
 def load_weights(path: str | Path) -> tuple[TinyTransformer, int]:
     """The network and its version, checked (see the module's docstring)."""
-    from collective.outputs import InputError, check_input
+    from collective.base.outputs import InputError, check_input
 
     path = Path(path)
     try:

@@ -1,0 +1,162 @@
+"""Finding a world by name: a built-in, ``path/to/file.py:Class`` or ``package.module:Class``."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from collective.records import EpisodeConfig
+from collective.world import (
+    World,
+    WorldBug,
+    check_built,
+    checked_observation,
+    checked_score,
+    convert_params,
+)
+
+_loaded: dict[str, type[World]] = {}
+
+
+def builtin_worlds() -> dict[str, str]:
+    from worlds import BUILTIN
+
+    return BUILTIN
+
+
+def resolve_world(ref: str) -> type[World]:
+    """The World subclass a reference names; a clear ValueError if it names nothing usable."""
+    cls = _loaded.get(ref)
+    if cls is not None:
+        return cls
+    builtins = builtin_worlds()
+    target = builtins.get(ref, ref)
+    if ":" not in target:
+        raise ValueError(
+            f"unknown world {ref!r}; built-in worlds are: {', '.join(sorted(builtins))}; "
+            "or give path/to/file.py:ClassName or package.module:ClassName"
+        )
+    where, _, name = target.rpartition(":")
+    if where.endswith(".py") or "/" in where:
+        path = Path(where)
+        if not path.is_file():
+            raise ValueError(f"world {ref!r}: no file {where}")
+        digest = hashlib.blake2b(str(path.resolve()).encode(), digest_size=6).hexdigest()
+        mod_name = f"_collective_world_{digest}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"world {ref!r}: cannot load {where} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # sys.exit() or a BaseException of its own: one line too
+            del sys.modules[mod_name]
+            raise ValueError(
+                f"world {ref!r}: importing {where} failed: {type(e).__name__}: {e}"
+            ) from e
+    else:
+        if where.startswith("."):
+            raise ValueError(
+                f"world {ref!r}: {where!r} is a relative module name; give package.module:Class"
+            )
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise ValueError(f"world {ref!r}: cannot import module {where!r} ({e})") from e
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            raise ValueError(
+                f"world {ref!r}: importing {where} failed: {type(e).__name__}: {e}"
+            ) from e
+    cls = getattr(module, name, None)
+    if not (inspect.isclass(cls) and issubclass(cls, World)):
+        raise ValueError(f"world {ref!r}: {where} has no World subclass named {name!r}")
+    _loaded[ref] = cls
+    return cls
+
+
+def make_world(ref: str, n_agents: int, seed: int, params: dict[str, Any]) -> World:
+    """Build a world for an episode: its parameters checked and converted against the
+    constructor's annotations, then the instance checked (``check_built``); every problem is
+    a one-line ValueError naming the world, before anything runs."""
+    cls = resolve_world(ref)
+    params = convert_params(cls, params, ref)
+    try:
+        world = cls(n_agents=n_agents, seed=seed, **params)
+    except MemoryError:
+        raise
+    except Exception as e:
+        bug = WorldBug(cls, "__init__", e)
+        raise ValueError(f"world {ref!r}: building it failed: {bug.error} at {bug.where}") from e
+    try:
+        check_built(world)
+    except ValueError as e:
+        with contextlib.suppress(Exception):  # the problem worth naming is the first
+            world.close()
+        raise ValueError(f"world {ref!r}: {e}") from None
+    return world
+
+
+def is_builtin(ref: str) -> bool:
+    """Whether ``ref`` names a built-in world: the only worlds an episode file may name and have
+    imported without the user naming them (anything else is code the file's author chose)."""
+    return ref in builtin_worlds()
+
+
+def check_runnable(cfg: EpisodeConfig) -> None:
+    """Build, once, everything an episode of ``cfg`` builds before its first event (the
+    organisation, each group's world, its tools, score and first observation), then throw it
+    away: a bad name, parameter or size is a one-line ValueError now, not a traceback from
+    inside a run that has started writing. (Class-level checks of a world's definition are
+    the world's own.)"""
+    from collective.engine.limits import check_agents, memory_cap, world_footprint
+    from collective.engine.organisation import make_organisation
+
+    org = make_organisation(cfg.org, cfg.budget)
+    what = f"world {cfg.world!r}"
+    check_agents(cfg.agents + cfg.budget, what)
+    sizes = org.groups(cfg.agents)
+    if sum(sizes) != cfg.agents or min(sizes) < 1:
+        raise ValueError(f"organisation {cfg.org!r} cannot split {cfg.agents} agents ({sizes})")
+    if cfg.world_agents and len(sizes) != 1:
+        raise ValueError(f"world_agents needs a one-group organisation, not {cfg.org!r}")
+    world_sizes = [cfg.world_agents] if cfg.world_agents else sizes
+    # Every group holds its own world: what they say they take, before one is built.
+    cls = resolve_world(cfg.world)
+    params = convert_params(cls, cfg.params, cfg.world)
+    each = {n: world_footprint(cls, n, params, cfg.world) for n in set(world_sizes)}
+    worlds = sum(each[n] for n in world_sizes)
+    check_agents(cfg.agents + cfg.budget, what, worlds, max(each.values()))
+    for n in sorted(set(world_sizes)):
+        try:
+            with memory_cap():
+                world = make_world(cfg.world, n, cfg.world_seed, cfg.params)
+        except MemoryError:
+            raise ValueError(
+                f"world {cfg.world!r} with {cfg.params or 'its default parameters'} for {n} "
+                "agents needs more memory than half of what this machine has available (the "
+                "other half is the run's)"
+            ) from None
+        try:
+            for method, call in (
+                ("tool_specs", world.tool_specs),
+                ("score", lambda w=world: checked_score(w)),
+                ("observe", lambda w=world: checked_observation(w, 0)),
+            ):
+                try:
+                    call()
+                except Exception as e:
+                    bug = WorldBug(world, method, e, fn=getattr(world, method))
+                    raise ValueError(f"world {cfg.world!r}: {bug.line()}") from e
+        finally:
+            world.close()

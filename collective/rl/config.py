@@ -1,0 +1,305 @@
+"""The training configuration: every hyperparameter of an RLCR run, its default in sight.
+
+A run is a function of its config (and the code): ``load_config`` reads TOML with ``--set``
+overrides and validates it once, here, at the boundary; ``dump_config`` writes every field back
+out, so the run directory's ``config.toml`` alone reproduces the run. ``time_limit_at`` is the
+latency-pressure schedule, a function of the config and the step only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import msgspec
+
+from policy.tiny.model import TinyConfig
+
+
+class ClusterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Where a run's work happens (``[cluster]``). Placement only: the same config and seed give
+    the same run on either backend and any number of workers."""
+
+    backend: Literal["local", "ray"] = "local"  # local: everything in this process
+    address: str = ""  # ray: "" starts a local Ray; "auto" or "ray://host:port" joins a cluster
+    rollout_workers: int = 2  # Ray actors, each a conductor running its share of a step's episodes
+    cpus_per_worker: float = 1.0  # Ray CPUs each rollout worker reserves
+    learner_gpus: float = 0.0  # > 0: the learner is a Ray actor holding this many GPUs
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.rollout_workers >= 1, "rollout_workers must be >= 1"),
+            (0 < self.cpus_per_worker < math.inf, "cpus_per_worker must be > 0"),
+            (0 <= self.learner_gpus < math.inf, "learner_gpus must be >= 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"train config: cluster.{msg}")
+
+
+class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # -- the task ---------------------------------------------------------------------------
+    world: str = "workshop"
+    params: dict[str, Any] = {}
+    org: str = "flat"
+    team_sizes: tuple[int, ...] = (1, 2, 4, 8)  # cycled over groups; for `ceo`, the CEO plus hires
+    latency: str = "tiny"  # the simulated deployment's latency preset
+    # -- groups and steps -------------------------------------------------------------------
+    steps: int = 200
+    groups_per_step: int = 4  # B
+    group_size: int = 8  # G rollouts of the same task instance (world seed)
+    seed: int = 0
+    # -- latency pressure -------------------------------------------------------------------
+    time_limit: Literal["constant", "linear", "geometric"] = "constant"
+    time_limit_start: float = 600.0  # T_max at step 0, simulated seconds
+    time_limit_end: float = 600.0  # T_max at the last step
+    latency_penalty: float = 0.0  # beta in R = R_task - beta * pbar(q) * T / T_max; 0 = off
+    # -- advantage --------------------------------------------------------------------------
+    advantage: Literal["collective", "individual"] = "collective"
+    std_normalise: bool = False  # divide A by the group's std of returns
+    # -- loss -------------------------------------------------------------------------------
+    learning_rate: float = 3e-3
+    clip: float = 0.2  # PPO clip on the importance ratio
+    aggregation: Literal["token_mean", "sequence_mean", "constant"] = "token_mean"
+    normaliser: float = 4096.0  # tokens, for aggregation = "constant"
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0  # KL to the initial policy (k3 estimator)
+    max_grad_norm: float = 1.0
+    chunk: int = 512  # turns per forward/backward chunk (bounds the learner's memory)
+    # -- asynchrony -------------------------------------------------------------------------
+    sync: Literal["pinned", "latest"] = "pinned"
+    lag: int = 1  # rollouts may use weights this many versions behind the learner
+    max_staleness: int = 1  # older episodes are dropped or down-weighted
+    stale: Literal["drop", "downweight"] = "drop"
+    concurrency: int = 32  # episodes in flight at once
+    channel_capacity: int = 64  # finished episodes buffered on their way to the learner
+    # -- the policy -------------------------------------------------------------------------
+    backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face causal LM (policy/hf/sample.py)
+    hf_model: str = ""  # backend = "hf": a local model directory to start from
+    hf_build: Literal["", "tiny-lm"] = ""  # build hf_model thus (make-model) if it is absent
+    hf_server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."
+    # -- the hf learner ---------------------------------------------------------------------
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when torch sees a GPU
+    dtype: Literal["float32", "bfloat16"] = "float32"  # exact ratios are claimed in float32
+    lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft), not every weight
+    lora_alpha: float = 16.0
+    gradient_checkpointing: bool = False  # recompute layer activations in backward
+    logit_chunk: int = 256  # output positions whose [chunk, vocab] logits exist at once
+    hf_batch: int = 8  # sequences per learner forward pass
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(context=128))
+    init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
+    temperature: float = 1.0
+    max_output_tokens: int = 24
+    # -- bookkeeping ------------------------------------------------------------------------
+    snapshot_every: int = 25  # keep checkpoints/step-N.pt every N steps (latest.pt: always)
+    keep_episodes: bool = True  # keep every episode file (False: delete once consumed)
+    plots: bool = True
+    logger: Literal["none", "tensorboard", "wandb"] = "none"  # also log to TensorBoard or W&B
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)  # [cluster]: placement
+
+    def __post_init__(self) -> None:
+        for name, domain in DOMAINS.items():  # every number, once, here at the boundary
+            value = getattr(self, name)
+            if not domain.holds(value):
+                raise ValueError(f"train config: {name} must be {domain.says}, not {value!r}")
+        if self.backend == "tiny":  # a setting that would do nothing is refused, not ignored
+            idle = [f for f in HF_ONLY if getattr(self, f) != getattr(_HF_DEFAULTS, f)]
+            if self.device == "cuda":
+                idle.append("device")
+            if idle:
+                given = ", ".join(f"{f} = {getattr(self, f)!r}" for f in idle)
+                raise ValueError(
+                    f"train config: backend = 'tiny' ignores {given} (backend = 'hf' settings): "
+                    "drop them or set backend = 'hf'"
+                )
+        # Fresh weights are a function of the run's seed, like everything else in the run.
+        self.model = msgspec.structs.replace(self.model, seed=self.seed)
+
+
+class Domain(NamedTuple):
+    """What values a config field may take: ``holds(value)``, and how an error says it."""
+
+    holds: Callable[[Any], bool]
+    says: str
+
+
+def _at_least(n: int) -> Domain:
+    # (the upper bound: config.toml is TOML, whose integers are 64-bit)
+    return Domain(lambda x: n <= x < 2**63, f">= {n} (a 64-bit integer)")
+
+
+FINITE_POSITIVE = Domain(lambda x: 0 < x < math.inf, "finite and > 0")  # (nan is neither)
+FINITE_NON_NEGATIVE = Domain(lambda x: 0 <= x < math.inf, "finite and >= 0")
+
+# The domain of every number in TrainConfig (Literal and bool fields have theirs in their type;
+# STRINGS says what checks each string, and when).
+DOMAINS: dict[str, Domain] = {
+    "team_sizes": Domain(
+        lambda t: bool(t) and min(t) >= 1 and max(t) < 2**63, ">= 1 (at least one size)"
+    ),
+    "steps": _at_least(1),
+    "groups_per_step": _at_least(1),
+    "group_size": Domain(lambda x: 2 <= x < 2**63, ">= 2 (a group baseline needs two)"),
+    "seed": Domain(lambda x: 0 <= x < 2**64, "in 0..2**64-1"),
+    "time_limit_start": FINITE_POSITIVE,
+    "time_limit_end": FINITE_POSITIVE,
+    "latency_penalty": FINITE_NON_NEGATIVE,
+    "learning_rate": FINITE_POSITIVE,
+    "clip": Domain(lambda x: 0 < x < 1, "in (0, 1)"),
+    "normaliser": FINITE_POSITIVE,
+    "entropy_coef": FINITE_NON_NEGATIVE,
+    "kl_coef": FINITE_NON_NEGATIVE,
+    "max_grad_norm": FINITE_POSITIVE,
+    "chunk": _at_least(1),
+    "lag": _at_least(0),
+    "max_staleness": _at_least(0),
+    "concurrency": _at_least(1),
+    "channel_capacity": _at_least(1),
+    "lora_rank": _at_least(0),
+    "lora_alpha": FINITE_POSITIVE,
+    "logit_chunk": _at_least(1),
+    "hf_batch": _at_least(1),
+    "weight_decay": FINITE_NON_NEGATIVE,
+    "temperature": FINITE_POSITIVE,
+    "max_output_tokens": _at_least(1),
+    "snapshot_every": _at_least(1),
+}
+STRINGS = {
+    "world": "validate() (the registry builds it)",
+    "params": "validate() (the world constructor's annotations, convert_params)",
+    "org": "validate() (make_organisation)",
+    "latency": "validate() (latency_preset)",
+    "hf_model": "the hf backend (HFBackend: needed; the directory when the model loads)",
+    "hf_server": "the hf backend (HFBackend: parse_spec, before anything runs)",
+    "init": "load_config and the backend's load (a checkpoint that must read)",
+    "model": "TinyConfig.__post_init__",
+    "cluster": "ClusterConfig.__post_init__",
+}
+# Settings only the hf backend reads (``device = "cuda"`` too: the tiny learner is on the CPU).
+HF_ONLY = (
+    "hf_model",
+    "hf_build",
+    "hf_server",
+    "dtype",
+    "lora_rank",
+    "lora_alpha",
+    "gradient_checkpointing",
+    "logit_chunk",
+    "hf_batch",
+)
+_HF_DEFAULTS = TrainConfig(backend="hf")
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read a TOML config and apply ``key=value`` overrides (values parsed as TOML)."""
+    from collective.base.outputs import open_input
+
+    path = Path(path)
+    try:
+        with open_input(path, "config") as f:  # a FIFO is refused, never waited on
+            raw = tomllib.loads(f.read().decode())
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML (not UTF-8 text: {e.reason})") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read config ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML ({e})") from None
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            parsed = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            parsed = value  # a bare word: a string
+        node = raw
+        *parents, leaf = key.split(".")
+        for i, p in enumerate(parents):
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                where = ".".join(parents[: i + 1])
+                raise ValueError(f"--set {item!r}: {where} is not a table, it has no {leaf!r}")
+        node[leaf] = parsed
+    if raw.get("init") and raw.get("backend", "tiny") == "tiny" and isinstance(raw["init"], str):
+        # A run from a checkpoint has the checkpoint's shape: [model] says so in config.toml.
+        # Settings the config does give are kept, and train() refuses them if they differ.
+        from policy.tiny.checkpoint import load_checkpoint
+
+        shape = msgspec.to_builtins(load_checkpoint(raw["init"]).config)
+        shape.pop("seed")
+        given = raw.get("model", {})
+        if isinstance(given, dict):
+            raw["model"] = {**shape, **given}
+    try:
+        return msgspec.convert(raw, TrainConfig)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def config_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as its config.toml reads back (tuples as lists; a float field given as 1 is
+    1.0), as JSON holds it: what a run's config record keeps."""
+    typed = msgspec.convert(msgspec.to_builtins(cfg), TrainConfig)
+    return json.loads(msgspec.json.encode(typed))
+
+
+def config_digest(cfg: TrainConfig) -> str:
+    """A run's config in one string (BLAKE2b of its fields): what a resume checks."""
+    canonical = json.dumps(config_fields(cfg), sort_keys=True).encode()
+    return hashlib.blake2b(canonical, digest_size=16).hexdigest()
+
+
+def changed_fields(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The fields (tables' too, as ``model.d_model``) where two configs' builtins differ."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in [*a, *(k for k in b if k not in a)]:
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out |= {f"{key}.{k}": v for k, v in changed_fields(x, y).items()}
+        elif x != y:
+            out[key] = (x, y)
+    return out
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    """The config as TOML, every field written out, so a run is reproducible from it alone."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in msgspec.to_builtins(cfg).items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml(value)}")
+    for name, table in tables:
+        lines.append(f"\n[{name}]")
+        lines += [f"{k} = {_toml(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+    return repr(v)
+
+
+def time_limit_at(cfg: TrainConfig, step: int) -> float:
+    """T_max for a step: constant, or linear / geometric from start to end over the run."""
+    a, b = cfg.time_limit_start, cfg.time_limit_end
+    frac = step / max(cfg.steps - 1, 1)
+    if cfg.time_limit == "constant":
+        return a
+    if cfg.time_limit == "linear":
+        return a + (b - a) * frac
+    return a * (b / a) ** frac

@@ -1,0 +1,167 @@
+"""The learner: the clipped policy-gradient loss and one optimiser step per training step.
+
+``Learner.step`` takes a step's samples (one per trained turn: its output tokens, the behaviour
+logprobs that sampled them, its rollout's advantage and weight) and does what CleanRL's
+``ppo.py`` does in its update: recompute the tokens' logprobs under the current weights, form
+the PPO-clipped importance-weighted loss, backpropagate in chunks (bounding memory), clip the
+gradient norm, step AdamW. It knows nothing of episodes, versions on the wire or run
+directories: whoever calls it (a thread of the training process, or a Ray actor on a GPU node)
+owns those.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import torch
+
+from collective.base.actions import ActionSpace
+from collective.rl.config import TrainConfig
+from policy.base import TrainableModel
+
+
+def clipped_pg_loss(
+    new_logp: torch.Tensor,  # [N] log-probabilities of the sampled tokens under the learner
+    old_logp: torch.Tensor,  # [N] behaviour log-probabilities (what sampled them)
+    advantage: torch.Tensor,  # [N] per token: its rollout's (flat) advantage
+    weight: torch.Tensor,  # [N] 1, or less for down-weighted stale episodes
+    seq: torch.Tensor,  # [N] which sequence (turn) each token belongs to
+    n_tokens: float,  # normalisers over the WHOLE step (the loss may be computed in chunks)
+    n_seqs: float,
+    aggregation: str,
+    normaliser: float,
+    clip: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PPO-clipped policy-gradient loss; returns (loss, per-token clipped mask)."""
+    ratio = torch.exp(new_logp - old_logp)
+    unclipped = ratio * advantage
+    clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * advantage
+    per_token = -torch.minimum(unclipped, clipped) * weight
+    if aggregation == "token_mean":
+        loss = per_token.sum() / n_tokens
+    elif aggregation == "sequence_mean":
+        lengths = torch.bincount(seq).clamp(min=1).to(per_token.dtype)
+        sums = torch.zeros_like(lengths).index_add(0, seq, per_token)
+        loss = (sums / lengths).sum() / n_seqs
+    else:
+        loss = per_token.sum() / normaliser
+    was_clipped = (clipped < unclipped).detach()
+    return loss, was_clipped
+
+
+class Sample(msgspec.Struct):
+    """One turn's output tokens, ready for the loss."""
+
+    prompt: str
+    tokens: list[int]
+    space: ActionSpace
+    logprobs: list[float]  # behaviour
+    advantage: float
+    weight: float
+    version: int
+
+
+class Learner:
+    """Owns the trainable model and its optimiser; ``step`` runs in a worker thread."""
+
+    def __init__(
+        self, model: TrainableModel, cfg: TrainConfig, logprob_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.logprob_kwargs = logprob_kwargs or {}
+        # AdamW (with weight_decay 0, Adam's update exactly); gradients clipped in `step`.
+        self.optimiser = torch.optim.AdamW(
+            list(model.parameters()), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        )
+        self.reference: Any = None  # the initial policy, for the KL term
+        if cfg.kl_coef > 0:
+            # hf: the base model with LoRA adapters off, or a frozen copy; tiny: a snapshot
+            # (a TinyModel holds a lock: no deepcopy)
+            make = getattr(model, "reference", None) or getattr(model, "frozen", None)
+            self.reference = make() if make is not None else copy.deepcopy(model)
+
+    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.optimiser.zero_grad(set_to_none=True)
+        n_tokens = float(sum(len(s.tokens) for s in samples))
+        n_seqs = float(len(samples))
+        totals = dict(loss=0.0, clipped=0.0, ratio=0.0, entropy=0.0, kl=0.0)
+        for start in range(0, len(samples), cfg.chunk):
+            chunk = samples[start : start + cfg.chunk]
+            new, entropy = self.model.token_logprobs(
+                [s.prompt for s in chunk],
+                [s.tokens for s in chunk],
+                [s.space for s in chunk],
+                cfg.temperature,
+                **self.logprob_kwargs,
+            )
+            new_logp = torch.cat(new)
+            ent = torch.cat(entropy)
+            # Every tensor of the loss where the model's logprobs are (a GPU, for an LLM).
+            on = dict(dtype=new_logp.dtype, device=new_logp.device)
+            old = torch.tensor([x for s in chunk for x in s.logprobs], **on)
+            adv = torch.tensor([s.advantage for s in chunk for _ in s.tokens], **on)
+            w = torch.tensor([s.weight for s in chunk for _ in s.tokens], **on)
+            seq = torch.tensor(
+                [i for i, s in enumerate(chunk) for _ in s.tokens], device=new_logp.device
+            )
+            loss, was_clipped = clipped_pg_loss(
+                new_logp,
+                old,
+                adv,
+                w,
+                seq,
+                n_tokens,
+                n_seqs,
+                cfg.aggregation,
+                cfg.normaliser,
+                cfg.clip,
+            )
+            if cfg.entropy_coef:
+                loss = loss - cfg.entropy_coef * ent.sum() / n_tokens
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref, _ = self.reference.token_logprobs(
+                        [s.prompt for s in chunk],
+                        [s.tokens for s in chunk],
+                        [s.space for s in chunk],
+                        cfg.temperature,
+                        **self.logprob_kwargs,
+                    )
+                diff = torch.cat(ref) - new_logp
+                kl = torch.exp(diff) - diff - 1
+                loss = loss + cfg.kl_coef * kl.sum() / n_tokens
+                totals["kl"] += float(kl.detach().sum())
+            loss.backward()
+            totals["loss"] += float(loss.detach())
+            totals["clipped"] += float(was_clipped.sum())
+            totals["ratio"] += float(torch.exp(new_logp - old).detach().sum())
+            totals["entropy"] += float(ent.detach().sum())
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.model.parameters()), cfg.max_grad_norm)
+        self.optimiser.step()
+        self.model.version += 1
+        seconds = time.perf_counter() - t0
+        n = max(n_tokens, 1.0)
+        return {
+            "loss": totals["loss"],
+            "clip_fraction": totals["clipped"] / n,
+            "ratio_mean": totals["ratio"] / n,
+            "entropy": totals["entropy"] / n,
+            "kl": totals["kl"] / n,
+            "grad_norm": float(grad_norm),
+            "learner_tokens_per_s": n_tokens / seconds if seconds > 0 else 0.0,
+            "learner_seconds": seconds,
+            "trained_tokens": n_tokens,
+        }
+
+    def state(self) -> dict[str, Any]:
+        return {"optimiser": self.optimiser.state_dict()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.optimiser.load_state_dict(state["optimiser"])

@@ -1,0 +1,276 @@
+"""Rollouts: where the finished episodes a training step learns from come from.
+
+This is the seam between rollouts and the learner. The training loop asks a ``Rollouts`` for
+the step's groups (``await rollouts.groups(step)``: B groups of G finished episodes, in group
+and member order, each already saved in the run directory) and tells it when new weights exist
+(``await rollouts.publish(version, weights)``). How and where the episodes ran is the
+source's business: ``LocalRollouts`` runs them all in this process with one conductor;
+``collective.rl.cluster.RayRollouts`` spreads them over Ray actors. Either way an episode is a
+function of its config (``team_config``: seeds from the run's seed, group and member) and the
+policy version it is pinned to, so where it ran cannot change it, and the loop consumes whole
+steps in a fixed order, so when it finished cannot change the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from collective.base.latency import latency_preset
+from collective.base.seeding import derive
+from collective.engine.conductor import Conductor
+from collective.records import Episode, EpisodeConfig, world_error
+from collective.rl.config import TrainConfig, time_limit_at
+from collective.rl.rundir import RunDir
+from policy.base import Policy, PolicyRequest, PolicyResponse
+
+
+def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> EpisodeConfig:
+    """Episode ``member`` of ``group``: the group shares its task instance (world seed) and team
+    size; each member has its own sampling stream."""
+    team = cfg.team_sizes[group % len(cfg.team_sizes)]
+    agents, budget = (1, team - 1) if cfg.org == "ceo" else (team, 0)
+    step = group // cfg.groups_per_step
+    return EpisodeConfig(
+        world=cfg.world,
+        params=dict(cfg.params),
+        agents=agents,
+        world_agents=team if cfg.org == "ceo" else 0,  # a CEO's task is sized for its team
+        budget=budget,
+        org=cfg.org,
+        world_seed=derive(cfg.seed, group) >> 33,
+        sample_seed=derive(cfg.seed, group, member) >> 1,
+        time_limit=time_limit_at(cfg, step),
+        latency=latency_preset(cfg.latency),
+        max_output_tokens=cfg.max_output_tokens,
+        temperature=cfg.temperature,
+        policy=f"{cfg.backend} (training)",
+        policy_version=version,
+        tokenizer="bytes" if cfg.backend == "tiny" else "",
+    )
+
+
+def team_size(cfg: TrainConfig, group: int) -> int:
+    return cfg.team_sizes[group % len(cfg.team_sizes)]
+
+
+class Schedule:
+    """Issues the episodes of groups in order, each only once the policy version it is pinned to
+    exists: group g belongs to step g // B and may use weights ``lag`` versions older."""
+
+    def __init__(
+        self, cfg: TrainConfig, first_group: int, have: set[tuple[int, int]], pin: bool = True
+    ) -> None:
+        self.cfg = cfg
+        self.pin = pin  # False: the server holds one version; episodes take whatever it has
+        self.group, self.member = first_group, 0
+        self.have = have  # (group, member) already on disk: not run again
+        self.latest = first_group // cfg.groups_per_step  # newest version the learner published
+        self.issued: dict[int, tuple[int, int]] = {}  # sample_seed -> (group, member)
+        self._changed = trio.Event()
+
+    def publish(self, version: int) -> None:
+        self.latest = version
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _skip_done(self) -> None:
+        while (self.group, self.member) in self.have:
+            self._advance()
+
+    def _advance(self) -> None:
+        self.member += 1
+        if self.member == self.cfg.group_size:
+            self.group, self.member = self.group + 1, 0
+
+    def _exhausted(self) -> bool:
+        return self.group >= self.cfg.steps * self.cfg.groups_per_step
+
+    def _needs(self) -> int:
+        return max(0, self.group // self.cfg.groups_per_step - self.cfg.lag)
+
+    def take(self) -> EpisodeConfig | None:
+        self._skip_done()
+        if self._exhausted() or self.latest < self._needs():
+            return None
+        if not self.pin:
+            version = -1
+        else:
+            version = self._needs() if self.cfg.sync == "pinned" else self.latest
+        ep = team_config(self.cfg, self.group, self.member, version)
+        self.issued[ep.sample_seed] = (self.group, self.member)
+        self._advance()
+        return ep
+
+    async def wait(self) -> bool:
+        self._skip_done()
+        while not self._exhausted() and self.latest < self._needs():
+            await self._changed.wait()
+        return not self._exhausted()
+
+
+class VersionedPolicy:
+    """Serves several policy versions at once: each request goes to the version its episode is
+    pinned to. One quiescence batch becomes one sub-batch per live version (at most lag + 1)."""
+
+    def __init__(self, name: str = "tiny (training)") -> None:
+        self.policies: dict[int, Policy] = {}
+        self.name = name
+        self.version = -1
+
+    def publish(self, version: int, policy: Policy, keep: int) -> None:
+        self.policies[version] = policy
+        self.version = max(self.version, version)
+        for v in [v for v in self.policies if v < self.version - keep]:
+            del self.policies[v]
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        by_version: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_version.setdefault(self.version if r.version < 0 else r.version, []).append(i)
+        out: list[PolicyResponse | None] = [None] * len(requests)
+        for v, idx in sorted(by_version.items()):
+            if v not in self.policies:
+                raise RuntimeError(
+                    f"no weights for policy version {v} (have {sorted(self.policies)})"
+                )
+            answers = await self.policies[v].generate([requests[i] for i in idx])
+            for i, a in zip(idx, answers, strict=True):
+                out[i] = a
+        return out  # type: ignore[return-value]
+
+    async def aclose(self) -> None:
+        return None
+
+
+# What every kind of rollouts is built from, in ``Rollouts.__init__``'s order: the config, the
+# run directory, the first step, the backend, the model, the weights being served. A subclass
+# takes them as ``*args: *RolloutArgs`` and hands them on, so the list is written once.
+RolloutArgs = tuple[TrainConfig, RunDir, int, Any, Any, dict[int, Any]]
+
+
+class Rollouts:
+    """Finished episodes, gathered into a step's groups. Subclasses run the episodes and hand
+    each one, as it finishes, to ``finished``; it is saved in the run directory before anyone
+    uses it (an episode written is an episode kept), then buffered until its step is asked for.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run: RunDir,
+        first_step: int,
+        backend: Any,
+        model: Any,
+        serving_weights: dict[int, Any],
+    ) -> None:
+        self.cfg = cfg
+        self.run = run
+        self.first_step = first_step
+        self.backend, self.model = backend, model
+        # The weights of every version rollouts may still use (pinned backends), as the learner
+        # keeps them: at the start, the one(s) a run begins or resumes with.
+        self.serving_weights = serving_weights
+        self.first_group = first_step * cfg.groups_per_step
+        # A resumed run's episodes that finished after its checkpoint: used, not run again.
+        self.buffer: dict[tuple[int, int], Episode] = run.finished_episodes(self.first_group)
+        self.on_disk = set(self.buffer)
+        self._send, self._recv = trio.open_memory_channel[tuple[int, int, Episode]](
+            cfg.channel_capacity
+        )
+
+    @property
+    def batch_mean(self) -> float:
+        """Mean policy batch size so far (a wall-clock figure: it depends on timing)."""
+        return 0.0
+
+    def start(self) -> None:
+        """Start what runs the episodes (nothing, locally); raises ValueError for a placement
+        that cannot work, before the run directory is written."""
+
+    def close(self) -> None:
+        """Stop it all (idempotent)."""
+
+    def running(self) -> Any:
+        """An async context in which episodes run; leaving it stops them."""
+        raise NotImplementedError
+
+    async def publish(self, version: int, weights: Any) -> None:
+        """The learner has made ``version``; ``weights`` are its weights (pinned backends)."""
+        raise NotImplementedError
+
+    async def finished(self, group: int, member: int, ep: Episode) -> None:
+        if ep.end == "world_error":  # kept for the author, never learned from: the run stops
+            failed = self.run.save_failed(group, member, ep)
+            raise ValueError(
+                f"{world_error(ep)}; the episode is kept in {failed}; once the world is fixed, "
+                f"`collective train --resume {self.run.path}`"
+            )
+        self.run.save_episode(group, member, ep)  # kept before anyone uses it
+        await self._send.send((group, member, ep))
+
+    async def groups(self, step: int) -> list[list[Episode]]:
+        """The step's B groups of G episodes, in order, once every one has finished."""
+        B, G = self.cfg.groups_per_step, self.cfg.group_size
+        wanted = [(g, i) for g in range(step * B, (step + 1) * B) for i in range(G)]
+        while any(k not in self.buffer for k in wanted):
+            g, i, ep = await self._recv.receive()
+            self.buffer[(g, i)] = ep
+        return [
+            [self.buffer.pop((g, i)) for i in range(G)] for g in range(step * B, (step + 1) * B)
+        ]
+
+
+class LocalRollouts(Rollouts):
+    """Every rollout in this process: one conductor runs ``concurrency`` episodes at a time
+    (everyone thinking at an instant is one policy batch), served by the backend's policy (a
+    frozen copy of each live version's weights, or an SGLang fleet)."""
+
+    def __init__(self, *args: *RolloutArgs, frozen: Policy | None = None) -> None:
+        super().__init__(*args)
+        self.frozen = frozen  # the orchestrator's sub-agents' policy, if any
+        self.schedule = Schedule(self.cfg, self.first_group, self.on_disk, pin=self.backend.pinned)
+        self.schedule.latest = self.first_step
+        self.conductor: Conductor | None = None
+
+    @property
+    def batch_mean(self) -> float:
+        return self.conductor.batch_stats.mean if self.conductor is not None else 0.0
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[LocalRollouts]:
+        serving = await self.backend.serve(self.model, self.serving_weights)
+        policies = serving if self.frozen is None else {"trained": serving, "frozen": self.frozen}
+        self.conductor = conductor = Conductor(policies)
+
+        async def emit(ep: Episode) -> None:
+            # Once the run is cancelled (Ctrl-C), an episode whose actors were cancelled can
+            # still look finished ("idle") to the conductor: it must not be kept as if it had run.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            g, i = self.schedule.issued.pop(ep.config.sample_seed)
+            await self.finished(g, i, ep)
+
+        stopped: list[Exception] = []
+
+        async def play() -> None:
+            try:
+                await conductor.play(self.schedule, concurrency=self.cfg.concurrency, emit=emit)
+            except Exception as e:
+                # Cancel the training loop rather than fail beside it, so that the error is the
+                # run's only one.
+                stopped.append(e)
+                nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(play)
+            yield self
+            nursery.cancel_scope.cancel()
+        if stopped:
+            raise stopped[0]
+
+    async def publish(self, version: int, weights: Any) -> None:
+        await self.backend.publish(self.model, version, weights)
+        self.schedule.publish(version)

@@ -1,0 +1,503 @@
+"""The run directory: what a training run writes, and how a stopped run picks up again.
+
+::
+
+    RUN/config.toml         the config as used (every field): the run is reproducible from it
+    RUN/config.json         the config as the run began, and its digest: a resume checks
+                            config.toml against it (only ``--set steps=N`` may change, logged
+                            in RUN/resumes.jsonl)
+    RUN/lock                flock-ed by the one process training here (it holds that pid)
+    RUN/metrics.jsonl       one StepMetrics line per finished step
+    RUN/ledger.jsonl        one Ledger line per finished step: the episode files it used or dropped
+    RUN/checkpoints/        the backend's latest (and step-N snapshots), train-state.pt for resume
+    RUN/episodes/           every finished episode, g{group}-r{member}.msgpack, replayable
+    RUN/plots/
+
+Invariants a resume relies on: an episode file is written (atomically) before anyone uses it;
+a step's metrics line, ledger line and checkpoint are written together or not at all (Ctrl-C
+waits for them); a resume keeps the lines of the steps before the checkpoint's and the episode
+files of the groups after it, so it continues exactly where the uninterrupted run would be.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+import torch
+import trio
+
+from collective.base.outputs import check_input, save_torch
+from collective.records import Episode, load_episode, save_episode
+from collective.rl.config import (
+    TrainConfig,
+    changed_fields,
+    config_digest,
+    config_fields,
+    dump_config,
+    load_config,
+)
+
+TEAM_BUCKETS = ("solo", "2", "3", "4", "5-8", "9+")
+LOCK = "lock"  # RUN/lock: held (flock) by the process training in RUN
+PROBE = ".collective-probe-"  # collective.base.outputs' write probe: a racing start's, for a moment
+
+
+def _ours(name: str) -> bool:
+    """Whether an entry of a new run's folder is only what starting a run puts there."""
+    return name == LOCK or name.startswith(PROBE)
+
+
+def bucket(team: int) -> str:
+    if team == 1:
+        return "solo"
+    if team <= 4:
+        return str(team)
+    return "5-8" if team <= 8 else "9+"
+
+
+# The fields of StepMetrics that the wall clock decides (how long things took, how requests
+# happened to share a batch): a rerun of a config matches its run in every other field.
+WALL_CLOCK = frozenset(
+    {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
+)
+
+
+class StepMetrics(msgspec.Struct, kw_only=True):
+    """One line of metrics.jsonl: the signs of life of one training step."""
+
+    step: int
+    version: int  # the learner's version after this step
+    time_limit: float
+    episodes: int
+    return_mean: float
+    return_min: float
+    return_max: float
+    score_mean: float
+    duration_mean: float  # simulated seconds per episode
+    output_tokens: int
+    # Attempts, as the episode's Stats count them when an action begins: world tool calls the
+    # world then refused included, and every primitive (hire, read, ...) as communication. Kept
+    # so every run's lines read alike; the signs of life are the landed_* and talk_* below.
+    useful_tokens_mean: float  # output tokens of turns that began a world tool call, per rollout
+    useful_average: float  # this step's average of that, over all its rollouts (every team size)
+    useful_rel: dict[str, float]  # by team size: those tokens per rollout / this step's average
+    comm_tokens_per_hour: float  # tokens of every primitive begun, per simulated hour
+    staleness_mean: float
+    staleness_max: int
+    dropped_stale: int
+    downweighted: int
+    loss: float
+    clip_fraction: float
+    ratio_mean: float
+    entropy: float
+    kl: float
+    grad_norm: float
+    trained_tokens: float
+    # Wall-clock figures: the only fields a re-run with the same config does not reproduce (how
+    # many rollouts share a policy batch depends on when the learner frees the CPU).
+    learner_tokens_per_s: float
+    learner_seconds: float
+    rollout_batch_mean: float
+    wall_time: float  # seconds since the run (or its resumption) began
+    # The signs of life as named (collective/records/signs.py): useful work is the world tool calls
+    # that
+    # landed, communication the messages and posts that did. By team size (TEAM_BUCKETS), each
+    # relative to this step's average rollout (every team size alike). Empty or 0 in the lines
+    # of runs written before they existed (readers fall back to the attempts above).
+    landed_tokens_mean: float = 0.0  # output tokens of world calls that landed, per rollout
+    landed_units_mean: float = 0.0  # world calls that landed, per rollout
+    refused_share: float = 0.0  # of world calls' tokens that ended (landed or not): refused
+    landed_rel: dict[str, float] = {}  # landed tokens per rollout / this step's average
+    landed_per_agent: dict[str, float] = {}  # landed tokens per agent that took part
+    talk_tokens_mean: float = 0.0  # message and post tokens per rollout
+    talk_per_agent_second: float = 0.0  # message and post tokens / the agents' seconds alive
+    talk_rel: dict[str, float] = {}  # talk tokens per rollout / this step's average
+    talk_per_agent_second_by_team: dict[str, float] = {}
+
+
+class Ledger(msgspec.Struct):
+    """Which episode files a step consumed: every finished episode is used once, or dropped
+    as stale, and this file says which."""
+
+    step: int
+    used: list[str]
+    dropped: list[str]
+
+    @classmethod
+    def of_step(cls, step: int, groups: int, size: int, used: Sequence[bool]) -> Ledger:
+        """``step``'s ledger, from whether each of its ``groups`` x ``size`` episodes (in group
+        and member order) was used."""
+        names = [
+            episode_name(g, i)
+            for g in range(step * groups, (step + 1) * groups)
+            for i in range(size)
+        ]
+        return cls(
+            step,
+            [n for n, u in zip(names, used, strict=True) if u],
+            [n for n, u in zip(names, used, strict=True) if not u],
+        )
+
+
+class TrainState(msgspec.Struct):
+    """What resuming needs besides the weights: where the run is."""
+
+    step: int  # the next step to run
+    useful_sum: float  # unused since useful work is relative to each step's own average;
+    useful_n: int  # kept so that run directories written before still resume
+    elapsed: float  # wall seconds spent before this (re)start
+
+
+def episode_name(group: int, member: int) -> str:
+    return f"g{group:06d}-r{member:02d}.msgpack"
+
+
+def episode_key(name: str) -> tuple[int, int] | None:
+    """``(group, member)`` of a file named by :func:`episode_name`; None for any other name."""
+    m = re.fullmatch(r"g(\d+)-r(\d+)\.msgpack", name)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def read_metrics(run_dir: str | Path) -> list[StepMetrics]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise ValueError(f"{run_dir}: no metrics.jsonl (is it a run directory?)")
+    return [
+        msgspec.json.decode(ln, type=StepMetrics) for ln in path.read_bytes().splitlines() if ln
+    ]
+
+
+class RunDir:
+    """One run's directory. Checks come first (``check``, ``restore``), writing after
+    (``create``), so a start that fails leaves nothing behind."""
+
+    def __init__(self, path: str | Path, cfg: TrainConfig) -> None:
+        self.path = Path(path)
+        self.cfg = cfg
+        self.episodes = self.path / "episodes"
+        self.checkpoints = self.path / "checkpoints"
+        self.state_path = self.checkpoints / "train-state.pt"
+        # The outermost folder this run makes: removed again if the run fails before it has
+        # kept anything (a failed start leaves nothing behind).
+        self.made = next(
+            (p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None
+        )
+        self.created = False  # whether create() has run: before it, a new run has kept nothing
+        self.extended_from: int | None = None  # a resume's `--set steps=N`: the steps it had
+
+    def check(self, resume: bool) -> None:
+        """A new run needs an empty (or absent) writable folder; a resumed one its config."""
+        from collective.base.outputs import check_dir
+
+        if resume:
+            if not (self.path / "config.toml").is_file():
+                raise ValueError(f"{self.path}: no run to resume (no config.toml)")
+            return
+        check_dir(self.path, "run directory")
+        if self.path.exists() and any(not _ours(p.name) for p in self.path.iterdir()):
+            raise ValueError(
+                f"{self.path} already holds a run; resume it with --resume or pick --out"
+            )
+
+    @contextmanager
+    def lock(self, resume: bool) -> Iterator[None]:
+        """Hold the run directory for this process, for as long as the run lasts: an exclusive
+        ``flock`` on ``RUN/lock``, which the kernel releases however the process ends (kill -9
+        leaves no stale lock). A second process is refused in one line naming the holder's pid,
+        having changed nothing. The checks run before the lock (a folder that holds something
+        else gets no lock file) and again under it (what another process did meanwhile); a
+        resume's config is checked against the one the run began with. A new run that fails
+        before ``create`` is removed again, under the lock, so nobody else's start can race it.
+        """
+        try:
+            self.check(resume)
+        except FileNotFoundError:  # (its write probe, or the folder, removed as it looked)
+            raise ValueError(
+                f"{self.path} changed while it was checked: another train is starting there"
+            ) from None
+        if not resume:  # what this run will have made (a racing start may make it first)
+            self.made = next(
+                (p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None
+            )
+        held: BinaryIO | None = None
+        checked = False
+        try:
+            with _ctrl_c_held_back():  # (no lock half taken, no folder made and left)
+                held = self._take_lock(make=not resume)
+                self.check(resume)
+                if resume:
+                    self._check_config()
+                checked = True
+            yield
+        except BaseException:
+            if checked and not resume and not self.created:
+                self.remove_if_unstarted()
+            raise
+        finally:
+            if held is not None:  # the lock goes with the file (also if a Ctrl-C lands here:
+                held.close()  # then when the generator's frame is freed)
+
+    def _take_lock(self, make: bool) -> BinaryIO:
+        lock = self.path / LOCK
+        for _ in range(100):
+            try:
+                if make:
+                    self.path.mkdir(parents=True, exist_ok=True)
+                f = open(lock, "a+b", buffering=0)  # noqa: SIM115  (held for the run)
+                fd = f.fileno()
+            except FileNotFoundError:
+                raise ValueError(f"{self.path}: no run to resume (it was removed)") from None
+            except OSError as e:
+                raise ValueError(f"{lock}: cannot open the run's lock ({e.strerror})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                holder = _holder(fd)
+                f.close()
+                if isinstance(e, BlockingIOError):
+                    raise ValueError(
+                        f"{self.path} is in use: {holder} is training there (it holds "
+                        f"{lock}); wait for it to end or stop it"
+                    ) from None
+                raise ValueError(f"{lock}: cannot lock it ({e.strerror})") from None
+            # A failed start removes its folder under the lock: if ours was removed between
+            # open and flock, it locks nothing; try again on the path as it is now.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(lock))
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                return f
+            f.close()
+        raise ValueError(f"{lock}: cannot hold it (it keeps being removed)")
+
+    def _check_config(self) -> None:
+        """A resumed run is the run it began as: ``config.toml`` must say what it said then
+        (``config.json`` holds that, with its digest), and the config this resume runs may
+        differ from it only by ``steps`` (``--set steps=N``: extending a run)."""
+        on_disk = load_config(self.path / "config.toml")
+        record = self.path / "config.json"
+        if record.exists():
+            try:
+                began = json.loads(record.read_bytes())
+                digest, fields = began["digest"], began["config"]
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{record}: not a readable config record") from None
+            if digest != config_digest(on_disk):
+                edits = _changes(changed_fields(fields, config_fields(on_disk)))
+                raise ValueError(
+                    f"{self.path / 'config.toml'} was edited after the run began "
+                    f"({edits or 'it no longer matches the digest in config.json'}); a run "
+                    "keeps one config: put it back, or train the new config with --out "
+                    "(a resume may extend a run with --set steps=N)"
+                )
+        new = changed_fields(config_fields(on_disk), config_fields(self.cfg))
+        if not new:
+            return
+        if set(new) != {"steps"}:
+            new.pop("steps", None)
+            raise ValueError(f"a resume may change only steps (--set steps=N), not {_changes(new)}")
+        if self.cfg.steps < on_disk.steps:
+            raise ValueError(
+                f"--set steps={self.cfg.steps}: the run has steps = {on_disk.steps}; a resume "
+                "may extend a run, not shorten it"
+            )
+        if self.cfg.time_limit != "constant" and self.cfg.time_limit_start != (
+            self.cfg.time_limit_end
+        ):
+            raise ValueError(
+                f"--set steps={self.cfg.steps}: the run's time limit is {self.cfg.time_limit} "
+                "over its steps; extending it would change the schedule of the steps to come"
+            )
+        self.extended_from = on_disk.steps
+
+    def restore(
+        self, backend: Any, model: Any, learner: Any
+    ) -> tuple[TrainState, dict[int, Any]] | None:
+        """The saved weights, optimiser and position of a run (None if it never finished a
+        step); one clear error for a state file that is truncated, corrupt, or does not fit the
+        run's config (e.g. its [model] edited)."""
+        if not self.state_path.exists():
+            return None
+        check_input(self.state_path, "training state")  # a FIFO would block torch.load
+        try:
+            # weights_only: a state file is data; loading one must not run pickled code.
+            saved = torch.load(self.state_path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises many kinds for a bad file; all mean the same here
+            raise ValueError(
+                f"{self.state_path}: not a readable training state (truncated or corrupt: "
+                f"{first_line(e)}); the run cannot be resumed from it"
+            ) from None
+        try:
+            backend.load_weights(model, saved["model"])
+            model.version = int(saved["version"])
+            learner.load_state(saved["learner"])
+            state = msgspec.convert(saved["state"], TrainState)
+            serving = {int(v): w for v, w in saved["serving"].items()}
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+            raise ValueError(
+                f"{self.state_path}: does not fit this run's config.toml (was [model] or the "
+                f"optimiser changed?): {first_line(e)}"
+            ) from None
+        return state, serving
+
+    def create(self, resume: bool, step: int) -> None:
+        """Make the folders, write the config (a new run), and cut what a stopped run wrote
+        after its checkpoint: half-written episode files, metrics and ledger lines of steps
+        the resume redoes."""
+        for sub in ("checkpoints", "episodes", "plots"):
+            (self.path / sub).mkdir(parents=True, exist_ok=True)
+        if self.extended_from is not None:  # --set steps=N on resume: said where it happened
+            change = {"step": step, "steps": self.cfg.steps, "was": self.extended_from}
+            with (self.path / "resumes.jsonl").open("a") as f:
+                f.write(json.dumps(change) + "\n")
+        if not resume or self.extended_from is not None:
+            _write_bytes(self.path / "config.toml", dump_config(self.cfg).encode())
+        if not resume or self.extended_from is not None or not (self.path / "config.json").exists():
+            record = {"digest": config_digest(self.cfg), "config": config_fields(self.cfg)}
+            _write_bytes(self.path / "config.json", json.dumps(record).encode() + b"\n")
+        self.created = True
+        for leftover in [*self.episodes.glob(".*.tmp"), *self.checkpoints.glob(".*.tmp")]:
+            leftover.unlink()
+        for name in ("metrics.jsonl", "ledger.jsonl"):
+            _write_lines(self.path / name, _lines_before(self.path / name, step))
+
+    def finished_episodes(self, first_group: int) -> dict[tuple[int, int], Episode]:
+        """Episodes already on disk for groups from ``first_group`` on: a resume uses them
+        rather than run them again."""
+        found: dict[tuple[int, int], Episode] = {}
+        for path in self.episodes.glob("g*-r*.msgpack"):
+            key = episode_key(path.name)
+            if key is not None and key[0] >= first_group:
+                found[key] = load_episode(path)
+        return found
+
+    def save_episode(self, group: int, member: int, ep: Episode) -> None:
+        save_episode(ep, self.episodes / episode_name(group, member))
+
+    def save_failed(self, group: int, member: int, ep: Episode) -> Path:
+        """An episode a world error ended: kept for the world's author, never learned from."""
+        failed = self.path / "failed" / episode_name(group, member)
+        failed.parent.mkdir(exist_ok=True)
+        save_episode(ep, failed)
+        return failed
+
+    def remove_if_unstarted(self) -> None:
+        """A new run that failed before it kept anything (no step, no episode: a policy that
+        cannot answer, a learner that fails on its first step) is removed, folders it made
+        included, so that ``--out`` can be given again. Anything kept (an episode, a failed
+        episode) stays: the run is resumable."""
+        if any(self.path.glob("*/*.msgpack")):
+            return
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
+        else:  # the folder was there, empty (checked before the run): empty it again
+            for p in self.path.iterdir():
+                if p.name.startswith(PROBE):
+                    continue  # (another start's, which it removes itself)
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+    @trio.lowlevel.enable_ki_protection
+    def commit(
+        self,
+        metrics: StepMetrics,
+        ledger: Ledger,
+        state: TrainState,
+        checkpoint: dict[str, Any],
+        write_latest: Any,
+        logger: Any,
+    ) -> None:
+        """A finished step's records, all or none of them: Ctrl-C waits until they are written
+        (a resume then finds metrics, ledger and checkpoint in step). ``checkpoint`` is what
+        ``train-state.pt`` holds; ``write_latest(directory, snapshot)`` writes the backend's
+        own checkpoint (tiny: ``latest.pt``, usable with ``--policy tiny:PATH``)."""
+        with (self.path / "metrics.jsonl").open("ab") as f:
+            f.write(msgspec.json.encode(metrics) + b"\n")
+        if logger is not None:  # the same line, to TensorBoard or W&B
+            logger.log(metrics.step, msgspec.to_builtins(metrics))
+        with (self.path / "ledger.jsonl").open("ab") as f:
+            f.write(msgspec.json.encode(ledger) + b"\n")
+        snap = state.step % self.cfg.snapshot_every == 0 or state.step == self.cfg.steps
+        write_latest(self.checkpoints, f"step-{state.step:06d}" if snap else None)
+        save_torch({**checkpoint, "state": msgspec.to_builtins(state)}, self.state_path)
+        if not self.cfg.keep_episodes:
+            for n in ledger.used + ledger.dropped:
+                (self.episodes / n).unlink(missing_ok=True)
+
+
+@contextmanager
+def _ctrl_c_held_back() -> Iterator[None]:
+    """A Ctrl-C while a run directory's lock is being taken and checked lands once that is
+    done (held, or refused): never between making the folder and holding its lock, where
+    nobody could remove the folder safely."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # (signals go to the main thread only)
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pressed:
+            signal.raise_signal(signal.SIGINT)  # to the handler there was: Ctrl-C, now
+
+
+def _holder(fd: int) -> str:
+    """Who holds a run's lock: the pid it wrote there (a moment after taking the lock)."""
+    for _ in range(50):
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if pid:
+            return f"process {pid}"
+        time.sleep(0.02)
+    return "another process"
+
+
+def first_line(e: BaseException) -> str:
+    """The telling line of an error from torch (its messages run to many lines)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    telling = [ln for ln in lines if "size mismatch" in ln or "Missing key" in ln]
+    return f"{type(e).__name__}: {(telling or lines or [''])[0][:300]}"
+
+
+def _changes(fields: dict[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in fields.items())
+
+
+def _write_lines(path: Path, lines: Sequence[bytes]) -> None:
+    _write_bytes(path, b"".join(line + b"\n" for line in lines))
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _lines_before(path: Path, step: int) -> list[bytes]:
+    """The lines of a JSON-lines file whose step is before ``step`` (a resume redoes the rest;
+    a line cut short by a kill belongs to the rest)."""
+    if not path.exists():
+        return []
+    kept = []
+    for ln in path.read_bytes().splitlines():
+        try:
+            if json.loads(ln)["step"] < step:
+                kept.append(ln)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return kept

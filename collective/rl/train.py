@@ -1,0 +1,532 @@
+"""RLCR: reinforcement learning from collective rewards, top to bottom.
+
+1. The config: ``TrainConfig`` (``collective/rl/config.py``), every hyperparameter with its default
+   in sight, and the latency pressure T_max(step) (``time_limit_at``).
+2. Returns and the flat collective advantage ``A_i = R_i - mean_j R_j``, the same on every
+   output token of every agent of rollout i (gamma = lambda = 1), with the optional latency
+   penalty; the one staleness rule; a step's groups turned into samples.
+3. ``train``: the loop. Rollouts (``collective/rl/rollouts.py``) stream finished episodes while the
+   learner (``collective/rl/learner.py``) trains in a worker thread: per output token the clipped
+   loss ``-min(r A, clip(r, 1 - clip, 1 + clip) A) * w``, ``r = exp(logp - logp_behaviour)``,
+   ``w`` the staleness weight (``clipped_pg_loss``; optional entropy and KL terms beside it),
+   then one AdamW step. Each step's records go to the run directory (``collective/rl/rundir.py``:
+   writing them, resuming from them) whole.
+
+Determinism: every episode is pinned to a policy version chosen by its group index (``sync =
+"pinned"``), the learner consumes a fixed set of groups per step in a fixed order, and every
+sampling stream is seeded, so a run is a function of its config, however the threads
+interleave. ``sync = "latest"`` lets episodes take the newest weights instead (faster to react,
+not reproducible); then the staleness bound drops or down-weights what is too old.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+import trio
+
+from collective.engine.conductor import lone_error
+from collective.engine.limits import (
+    AGENT_BYTES,
+    EPISODE_AGENT_BYTES,
+    check_agents,
+    check_fits,
+    human,
+    memory_cap,
+    world_footprint,
+)
+from collective.engine.organisation import make_organisation
+from collective.engine.registry import check_runnable, resolve_world
+from collective.records import Episode, Spawned
+from collective.records.signs import Signs, signs
+from collective.rl.backend import make_backend
+from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_node
+from collective.rl.config import TrainConfig, dump_config, load_config, time_limit_at
+from collective.rl.credit import leave_one_out
+from collective.rl.learner import Learner, Sample, clipped_pg_loss
+from collective.rl.loggers import check_logger, open_logger
+from collective.rl.rollouts import LocalRollouts, Rollouts, team_config, team_size
+from collective.rl.rundir import (
+    TEAM_BUCKETS,
+    Ledger,
+    RunDir,
+    StepMetrics,
+    TrainState,
+    bucket,
+    episode_key,
+    episode_name,
+    read_metrics,
+)
+from collective.world import World, convert_params
+
+__all__ = [
+    "Interrupted",
+    "Learner",
+    "Sample",
+    "StepMetrics",
+    "TrainConfig",
+    "bucket",
+    "clipped_pg_loss",
+    "dump_config",
+    "episode_key",
+    "episode_name",
+    "group_advantages",
+    "group_credits",
+    "load_config",
+    "penalised_returns",
+    "read_metrics",
+    "stale_weight",
+    "step_samples",
+    "time_limit_at",
+    "train",
+    "validate",
+]
+
+# == 2. Returns, the flat collective advantage, the staleness rule, a step's samples =============
+
+
+def penalised_returns(
+    scores: np.ndarray, durations: np.ndarray, t_max: float, beta: float
+) -> np.ndarray:
+    """``R = R_task - beta * pbar(q) * T / T_max``, pbar(q) the task's mean score in its group."""
+    if beta == 0:
+        return scores.astype(np.float64)
+    return scores - beta * scores.mean() * durations / t_max
+
+
+def group_advantages(returns: np.ndarray, std_normalise: bool) -> np.ndarray:
+    """``A_i = R_i - mean_j R_j`` (optionally over the group's std): sums to zero."""
+    adv = returns - returns.mean()
+    if std_normalise:
+        adv = adv / (returns.std() + 1e-6)
+    return adv
+
+
+def individual_advantages(
+    episodes: list[Episode], credits: list[dict[int, float]]
+) -> list[dict[int, float]]:
+    """The per-agent advantage of a group: each agent's leave-one-out credit minus the mean
+    credit of every agent that took part in the group's episodes (hired and fired ones
+    included, one term per agent per episode), so that, like the collective advantage, it
+    sums to zero over the group's agents: a group where every agent mattered alike teaches
+    nothing, and no agent's turns are pushed up merely because credits are positive."""
+    everyone = [
+        (i, ev.agent) for i, e in enumerate(episodes) for ev in e.events if isinstance(ev, Spawned)
+    ]
+    base = float(np.mean([credits[i].get(a, 0.0) for i, a in everyone])) if everyone else 0.0
+    out: list[dict[int, float]] = [{} for _ in episodes]
+    for i, a in everyone:
+        out[i][a] = credits[i].get(a, 0.0) - base
+    return out
+
+
+def group_credits(groups: list[list[Episode]]) -> list[list[dict[int, float]]]:
+    """Every agent's leave-one-out credit (``collective.rl.credit``), group by group; all the
+    counterfactual re-runs of the step at once (in its own trio run: call it from a thread)."""
+    flat = leave_one_out([e for g in groups for e in g])
+    out, i = [], 0
+    for g in groups:
+        out.append(flat[i : i + len(g)])
+        i += len(g)
+    return out
+
+
+def stale_weight(cfg: TrainConfig, staleness: int) -> float | None:
+    """The staleness rule, decided here only: an episode whose oldest trained turn is at most
+    ``max_staleness`` versions behind the step counts fully; an older one is dropped (None) or,
+    with ``stale = "downweight"``, weighted by half per version beyond the bound."""
+    if staleness <= cfg.max_staleness:
+        return 1.0
+    if cfg.stale == "drop":
+        return None
+    return 0.5 ** (staleness - cfg.max_staleness)
+
+
+def step_samples(
+    cfg: TrainConfig,
+    step: int,
+    groups: list[list[Episode]],
+    credits: list[list[dict[int, float]]] | None = None,
+) -> tuple[list[Sample], dict[str, Any], list[bool]]:
+    """Turn a step's groups into token samples with their advantages, plus metrics.
+
+    ``credits`` (the per-agent ablation, ``advantage = "individual"``): each episode's
+    leave-one-out credit per agent (``collective.rl.credit``), computed here when not given.
+    Useful work is reported relative to this step's own average rollout (the average over all
+    its groups, every team size alike), as the reference work measures it. Returns (samples,
+    metrics, whether each episode was used: False for one dropped as stale), episodes in group
+    and member order."""
+    samples: list[Sample] = []
+    returns_all: list[float] = []
+    staleness: list[int] = []
+    used: list[bool] = []
+    downweighted = 0
+    by_bucket: dict[str, list[float]] = {}
+    if cfg.advantage == "individual" and credits is None:
+        credits = group_credits(groups)
+    for g, episodes in enumerate(groups):
+        scores = np.array([e.score for e in episodes])
+        durations = np.array([e.duration for e in episodes])
+        t_max = episodes[0].config.time_limit
+        returns = penalised_returns(scores, durations, t_max, cfg.latency_penalty)
+        adv = group_advantages(returns, cfg.std_normalise)
+        returns_all += returns.tolist()
+        if cfg.advantage == "individual":
+            assert credits is not None
+            per_agent = individual_advantages(episodes, credits[g])
+        for i, ep in enumerate(episodes):
+            versions = [t.version for t in ep.turns if t.policy == "trained"]
+            stale = step - min(versions) if versions else 0
+            staleness.append(stale)
+            weight = stale_weight(cfg, stale)
+            used.append(weight is not None)
+            if weight is None:
+                continue
+            downweighted += weight < 1.0
+            for t in ep.turns:
+                if t.policy != "trained" or not t.token_ids:
+                    continue  # the orchestrator's frozen sub-agents are not trained
+                a = adv[i] if cfg.advantage == "collective" else per_agent[i][t.agent]
+                samples.append(
+                    Sample(
+                        t.prompt,
+                        t.token_ids,
+                        ep.spaces[t.space],
+                        t.logprobs,
+                        float(a),
+                        weight,
+                        t.version,
+                    )
+                )
+    flat = [e for g in groups for e in g]
+    teams: dict[str, list[Signs]] = {}
+    for g, episodes in enumerate(groups):
+        team = team_size(cfg, step * cfg.groups_per_step + g)
+        by_bucket.setdefault(bucket(team), []).extend(e.stats.world_tokens for e in episodes)
+        teams.setdefault(bucket(team), []).extend(signs(e) for e in episodes)
+    useful = [e.stats.world_tokens for e in flat]
+    useful_average = float(np.mean(useful))
+    hours = sum(e.duration for e in flat) / 3600
+    metrics = {
+        "time_limit": flat[0].config.time_limit,
+        "episodes": len(flat),
+        "return_mean": float(np.mean(returns_all)),
+        "return_min": float(np.min(returns_all)),
+        "return_max": float(np.max(returns_all)),
+        "score_mean": float(np.mean([e.score for e in flat])),
+        "duration_mean": float(np.mean([e.duration for e in flat])),
+        "output_tokens": int(sum(e.stats.output_tokens for e in flat)),
+        "useful_tokens_mean": float(np.mean(useful)),
+        "useful_average": useful_average,
+        "useful_rel": {
+            b: float(np.mean(v)) / useful_average if useful_average else 0.0
+            for b, v in sorted(by_bucket.items(), key=lambda kv: TEAM_BUCKETS.index(kv[0]))
+        },
+        "comm_tokens_per_hour": sum(e.stats.comm_tokens for e in flat) / hours if hours else 0.0,
+        **sign_metrics(teams),
+        "staleness_mean": float(np.mean(staleness)),
+        "staleness_max": int(max(staleness)),
+        "dropped_stale": used.count(False),
+        "downweighted": downweighted,
+    }
+    return samples, metrics, used
+
+
+def sign_metrics(teams: dict[str, list[Signs]]) -> dict[str, Any]:
+    """The signs of life of a step (StepMetrics' landed_* and talk_*) from its episodes' signs by
+    team-size bucket: each bucket's mean per rollout over the step's average rollout (every
+    bucket's episodes alike, as the reference work measures it), per agent, and communication
+    per agent-second (tokens over the agents' summed seconds alive)."""
+    order = sorted(teams, key=TEAM_BUCKETS.index)
+    every = [x for b in order for x in teams[b]]
+    landed = float(np.mean([x.landed_tokens for x in every]))
+    talk = float(np.mean([x.talk_tokens for x in every]))
+    begun = sum(x.landed_tokens + x.refused_tokens for x in every)
+
+    def per_second(xs: list[Signs]) -> float:
+        seconds = sum(x.agent_seconds for x in xs)
+        return sum(x.talk_tokens for x in xs) / seconds if seconds > 0 else 0.0
+
+    def rel(b: str, field: str, average: float) -> float:
+        return float(np.mean([getattr(x, field) for x in teams[b]])) / average if average else 0.0
+
+    return {
+        "landed_tokens_mean": landed,
+        "landed_units_mean": float(np.mean([x.landed_units for x in every])),
+        "refused_share": sum(x.refused_tokens for x in every) / begun if begun else 0.0,
+        "landed_rel": {b: rel(b, "landed_tokens", landed) for b in order},
+        "landed_per_agent": {
+            b: float(np.mean([x.landed_per_agent for x in teams[b]])) for b in order
+        },
+        "talk_tokens_mean": talk,
+        "talk_per_agent_second": per_second(every),
+        "talk_rel": {b: rel(b, "talk_tokens", talk) for b in order},
+        "talk_per_agent_second_by_team": {b: per_second(teams[b]) for b in order},
+    }
+
+
+# == 3. The loop =================================================================================
+
+
+class Interrupted(Exception):
+    """Training stopped by Ctrl-C; everything up to the last finished step is kept."""
+
+
+def check_training(cfg: TrainConfig, cls: type[World]) -> None:
+    """ValueError if a training run cannot hold what it will: the episodes in flight (each its
+    team's agents and its world, ``cls`` the resolved ``cfg.world``: the caller resolves it, as
+    the limits sit below the registry) and the finished ones a step keeps whole for the
+    learner, up to ``lag + 1`` steps of ``groups_per_step x group_size`` (an episode of a later
+    step waits for its weights' step to be learned from)."""
+    largest = max(cfg.team_sizes)
+    check_agents(cfg.concurrency * largest, "concurrency x largest team")  # cheap, first
+    held = (cfg.lag + 1) * cfg.groups_per_step * cfg.group_size
+    live = min(cfg.concurrency, held)
+    team = sum(cfg.team_sizes) / len(cfg.team_sizes)  # team sizes are cycled over the groups
+    world = world_footprint(cls, largest, convert_params(cls, cfg.params, cfg.world), cfg.world)
+    check_fits(
+        f"training: {live:,} episodes in flight and {held:,} held for the learner",
+        {
+            "their agents": int(live * team * AGENT_BYTES),
+            "their worlds": live * world,
+            f"the held episodes at {human(EPISODE_AGENT_BYTES)} an agent": int(
+                held * team * EPISODE_AGENT_BYTES
+            ),
+        },
+        world=world,
+    )
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Everything a run needs that can be checked without running it: every team size's
+    episode config, world and organisation, and the memory the concurrent episodes need at
+    least. Raises ValueError with one line."""
+    check_training(cfg, resolve_world(cfg.world))
+    first_group = {team: g for g, team in reversed(list(enumerate(cfg.team_sizes)))}
+    for g in sorted(first_group.values()):
+        check_runnable(team_config(cfg, g, 0, 0))
+
+
+def _check_init(cfg: TrainConfig, model: Any) -> None:
+    """A run that starts from a checkpoint has the checkpoint's shape; its config must say so
+    (``load_config`` fills [model] from the checkpoint where the config leaves it out)."""
+    have = getattr(model, "config", None)
+    if cfg.backend != "tiny" or have is None:
+        return
+    want = msgspec.structs.replace(cfg.model, seed=have.seed)
+    if want != have:
+        diff = ", ".join(
+            f"{f} = {getattr(have, f)} (config says {getattr(want, f)})"
+            for f in have.__struct_fields__
+            if getattr(have, f) != getattr(want, f)
+        )
+        raise ValueError(
+            f"init {cfg.init}: the checkpoint's network has {diff}; drop those [model] settings "
+            "or make them match"
+        )
+
+
+def train(
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    stop_after: int | None = None,
+    here: bool = False,
+) -> list[StepMetrics]:
+    """Train, writing everything into ``run_dir``; with ``resume``, continue a stopped run.
+
+    The run directory is this process's alone while it runs (``RunDir.lock``: a second
+    ``train`` on it is refused, naming this one's pid), and a resume runs the config the run
+    began with (only ``steps`` may grow). Everything is checked and built first (config,
+    worlds, model, a resumed run's state); only then is the run directory written, so a start
+    that fails leaves nothing behind (and a failed resume leaves the run as it was). Ctrl-C
+    raises :class:`Interrupted` once the step in hand is either fully written or not at all;
+    ``--resume`` continues from there, as if never stopped. ``stop_after`` ends the run after
+    that many steps of this invocation (tests use it to simulate an interruption). Returns the
+    metrics of the steps run now.
+
+    With ``[cluster] backend = "ray"`` and ``learner_gpus > 0`` this whole function runs in a
+    Ray actor holding those GPUs (``collective.rl.cluster.train_on_learner_node``; ``here`` is
+    how that actor says it is the place)."""
+    if cfg.cluster.backend == "ray" and cfg.cluster.learner_gpus > 0 and not here:
+        try:
+            where = str(Path(run_dir).absolute())  # (the actor's working directory is not ours)
+            rows = train_on_learner_node(train, cfg, where, resume=resume, stop_after=stop_after)
+        except (LearnerDied, KeyboardInterrupt) as e:
+            why = str(e) if isinstance(e, LearnerDied) else "interrupted"
+            raise Interrupted(f"{why}; resume with `collective train --resume {run_dir}`") from None
+        return [msgspec.json.decode(r, type=StepMetrics) for r in rows]
+    check_logger(cfg.logger)  # a missing extra fails here, before anything is written
+    run = RunDir(run_dir, cfg)
+    with run.lock(resume):  # one process per run directory, for the whole run
+        return _train(cfg, run, resume=resume, progress=progress, stop_after=stop_after)
+
+
+def _train(
+    cfg: TrainConfig, run: RunDir, *, resume: bool, progress: bool, stop_after: int | None
+) -> list[StepMetrics]:
+    from tqdm import tqdm
+
+    # -- check and build everything; nothing but the lock is written yet ---------------------
+    validate(cfg)
+    torch.manual_seed(cfg.seed)
+    # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and
+    # a reduction's order (hence its last bits) cannot depend on how the two happen to overlap.
+    torch.set_num_threads(1)
+    if (isa := torch.backends.cpu.get_cpu_capability()) != "AVX2":  # (collective.ISA pins it)
+        print(
+            f"note: torch runs its {isa} kernels, not AVX2 (ATEN_CPU_CAPABILITY is set, or this "
+            "CPU has no AVX2): the run's figures are those of such machines",
+            file=sys.stderr,
+        )
+    backend = make_backend(cfg, run.path)
+    try:
+        with memory_cap():
+            model = backend.fresh() if not cfg.init else backend.load(cfg.init)
+    except (MemoryError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and "can't allocate memory" not in str(e):
+            raise  # torch's allocator says RuntimeError; anything else is not about memory
+        raise ValueError(
+            f"the model ({cfg.model if cfg.backend == 'tiny' else cfg.hf_model}) needs more "
+            "memory than half of what this machine has available (the other half is the run's)"
+        ) from None
+    _check_init(cfg, model)
+    # The orchestrator's sub-agents answer with the weights training starts from, for good.
+    frozen = backend.frozen(model) if make_organisation(cfg.org).name == "orchestrator" else None
+    learner = Learner(model, cfg, backend.logprob_kwargs())
+    state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
+    # The weights of every version rollouts may still use (pinned backends only).
+    serving_weights: dict[int, Any] = {0: backend.weights(model)} if backend.pinned else {}
+    restored = run.restore(backend, model, learner) if resume else None
+    if restored is not None:
+        state, serving_weights = restored
+    if state.step >= cfg.steps:
+        run.create(resume, state.step)
+        return []
+    args = (cfg, run, state.step, backend, model, serving_weights)
+    rollouts: Rollouts
+    if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
+        rollouts = RayRollouts(*args)  # (each worker makes the sub-agents' frozen copy itself)
+    else:
+        rollouts = LocalRollouts(*args, frozen=frozen)
+    rollouts.start()  # Ray: connect, check resources, start the workers (one-line errors)
+    # -- checked and built: now the run directory may be written ------------------------------
+    try:
+        run.create(resume, state.step)
+        schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)] if cfg.logger != "none" else []
+        logger = open_logger(cfg.logger, cfg, run.path, state.step, schedule)
+    except BaseException:
+        rollouts.close()
+        if not resume:
+            run.remove_if_unstarted()
+        raise
+    bar = tqdm(
+        total=cfg.steps,
+        initial=state.step,
+        disable=not progress,
+        unit="step",
+        desc="rlcr",
+        dynamic_ncols=True,
+    )
+    done: list[StepMetrics] = []
+
+    async def loop() -> None:
+        t_start = time.perf_counter() - state.elapsed
+        async with rollouts.running():
+            for step in range(state.step, cfg.steps):
+                groups = await rollouts.groups(step)
+                credits = None
+                if cfg.advantage == "individual":  # counterfactual re-runs, off the event loop
+                    credits = await trio.to_thread.run_sync(group_credits, groups)
+                samples, m, used = step_samples(cfg, step, groups, credits)
+                stats = await trio.to_thread.run_sync(learner.step, samples)
+                version = step + 1
+                weights = backend.weights(model) if backend.pinned else {}
+                if backend.pinned:  # rollouts may use versions up to `lag` behind
+                    serving_weights[version] = weights
+                    for v in [v for v in serving_weights if v < version - cfg.lag]:
+                        del serving_weights[v]
+                await rollouts.publish(version, weights)
+                metrics = StepMetrics(
+                    step=step,
+                    version=version,
+                    rollout_batch_mean=rollouts.batch_mean,
+                    wall_time=time.perf_counter() - t_start,
+                    **m,
+                    **stats,
+                )
+                ledger = Ledger.of_step(step, cfg.groups_per_step, cfg.group_size, used)
+                state.step = step + 1
+                state.elapsed = time.perf_counter() - t_start
+                run.commit(
+                    metrics,
+                    ledger,
+                    state,
+                    {
+                        "model": backend.weights(model),
+                        "version": model.version,
+                        "learner": learner.state(),
+                        "serving": serving_weights,
+                    },
+                    lambda directory, snapshot: backend.checkpoint(model, directory, snapshot),
+                    logger,
+                )
+                done.append(metrics)
+                bar.set_postfix(ret=f"{metrics.return_mean:.3f}", T=f"{metrics.time_limit:.0f}")
+                bar.update(1)
+                if stop_after is not None and len(done) >= stop_after:
+                    break
+        await backend.aclose()  # (an SGLang server this run launched stops here)
+
+    try:
+        # Ctrl-C lands only where the loop awaits, so a step is committed whole or not at all.
+        trio.run(loop, restrict_keyboard_interrupt_to_checkpoints=True)
+    except BaseException as e:
+        bar.leave = False  # a run that stops early clears its bar rather than leave it half drawn
+        if _is_interrupt(e):
+            raise Interrupted(
+                f"interrupted at step {state.step}; resume with `collective train --resume "
+                f"{run.path}`"
+            ) from None
+        if not resume and state.step == 0:
+            run.remove_if_unstarted()
+        if isinstance(e, BaseExceptionGroup) and (lone := lone_error(e)) is not e:
+            raise lone from None  # one error (a world's, the grammar's): as itself, in one line
+        raise
+    finally:
+        bar.close()
+        rollouts.close()
+    if logger is not None:  # (TensorBoard was flushed at every step; W&B also finishes at exit)
+        logger.close()
+    if cfg.plots:
+        _plot(run.path)
+    return done
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    if isinstance(e, BaseExceptionGroup):
+        return e.split(KeyboardInterrupt)[0] is not None
+    return isinstance(e, KeyboardInterrupt)
+
+
+def _plot(run_dir: Path) -> None:
+    try:
+        import matplotlib  # noqa: F401  (an optional extra)
+    except ImportError:
+        print(
+            "plots skipped: matplotlib is not installed (pip install 'collective[plots]', "
+            f"then `collective plot {run_dir}`)",
+            file=sys.stderr,
+        )
+        return
+    from collective.rl.plots import plot_run
+
+    plot_run(run_dir)
