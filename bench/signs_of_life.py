@@ -20,8 +20,7 @@ working slot 1, never-pass-keys, no communication). A finding a control lacking 
 (``CONTROLS``) also shows is built into the world: its "yes" is no yes. Where the oracle shows
 it, the finding is attainable. Every figure has a mean over training seeds and its 95%
 Student-t interval over the per-seed values, reported with them (collective/studies/intervals.py;
-with
-3 seeds the earlier bootstrap over seeds x instances covered 78-90% where it said 95%:
+with 3 seeds the earlier bootstrap over seeds x instances covered 78-90% where it said 95%:
 bench/coverage.py). Each finding is judged by paired contrasts, by (seed, instance): the
 trained policy against the same seed's untrained weights and against random on the same
 instances (and the claim's size, where it has one). Its p-value is the largest of its parts'
@@ -55,6 +54,13 @@ The findings, as the reference work states them:
 
 Each training seed starts from its own initial weights (TrainConfig sets the model's seed to the
 run's), so the untrained baseline is as many different untrained policies as there are seeds.
+
+Findings about change over training are read from the training curve held out: the main run's
+saved checkpoints (step 0 = the initial weights, every ``snapshot_every`` steps, the last), each
+evaluated on the same held-out instances at one limit (``EVAL_T``), seeds as the unit
+(``training_curve.png``, ``training_curve_heldout`` in summary.json). The training steps' own
+curves (each step at its own rising limit, steps not independent) are shown beside them as
+notes, never as verdicts.
 
 Resumable run by run (bench/resumable.py): a training run is re-used only when the digest of
 its full resolved TrainConfig (``runs/NAME-sSEED/config.digest``) matches, resumed (as
@@ -141,6 +147,31 @@ KINDS = ("random", "untrained", "trained")
 SEEDLESS = ("random", *SCRIPTS)  # one row each: no training seed, no weights
 
 
+def snapshot_steps(runs: list[Path]) -> list[int]:
+    """The training steps every run kept a checkpoint of (``snapshot_every``), before its
+    last: with the untrained (step 0) and trained (last step) weights they are the held-out
+    training curve's points. Each is measured as kind ``stepN``."""
+    kept: set[int] | None = None
+    for run in runs:
+        last = load_config(run / "config.toml").steps
+        steps = {
+            int(f.stem.split("-")[1])
+            for f in (run / "checkpoints").glob("step-*.pt")
+            if int(f.stem.split("-")[1]) < last
+        }
+        kept = steps if kept is None else kept & steps
+    return sorted(kept or ())
+
+
+def checkpoint_of(run: Path, kind: str) -> Path | None:
+    """The weights a kind is measured with: ``trained`` the last, ``stepN`` step N's."""
+    if kind == "trained":
+        return run / "checkpoints" / "latest.pt"
+    if kind.startswith("step"):
+        return run / "checkpoints" / f"step-{int(kind[4:]):06d}.pt"
+    return None
+
+
 def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
     """The main run: the FINDINGS workshop, a flat team of 1, 2, 3, 4 or 8 from the start (so
     the collective never contains the solo it is compared with, as a CEO who starts alone
@@ -162,7 +193,8 @@ def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
         max_output_tokens=24,
         concurrency=20,
         plots=False,
-        snapshot_every=10,  # checkpoints at steps 10, 20, ...: training curves held-out later
+        # checkpoints at steps 10, 20, ... (quick: every step): the held-out training curve
+        snapshot_every=1 if quick else 10,
         model=MODEL,
     )
 
@@ -296,7 +328,10 @@ def policies(run: Path, kind: str) -> Any:
         return RandomPolicy()
     if kind == "untrained":
         return {"trained": untrained, "frozen": untrained}
-    trained = TinyPolicy(TinyModel.load(run / "checkpoints" / "latest.pt"))
+    ckpt = checkpoint_of(run, kind)
+    if ckpt is None:
+        raise ValueError(f"no policy kind {kind!r}")
+    trained = TinyPolicy(TinyModel.load(ckpt))
     return {"trained": trained, "frozen": untrained}  # the orchestrator's sub-agents: frozen
 
 
@@ -482,6 +517,8 @@ def measurements(runs: dict[str, list[Path]]) -> list[str]:
     for name in runs:
         kinds = (*KINDS, *SCRIPTS) if name == "main" else KINDS if name in ORGS else ("trained",)
         jobs += [f"{name}|{k}|{EVAL_T:g}" for k in kinds]
+    # the held-out training curve: the main run's kept checkpoints, at the same limit
+    jobs += [f"main|step{s}|{EVAL_T:g}" for s in snapshot_steps(runs["main"])]
     return jobs
 
 
@@ -569,13 +606,13 @@ def measure_key(out: Path, part: str, n: int) -> tuple[str, dict[str, Any]]:
     job, seed = part.rsplit("#", 1)
     variant, kind = job.split("|")[:2]
     run = out / "runs" / f"{'main' if variant == 'latency' else variant}-s{seed}"
-    ckpt = run / "checkpoints" / "latest.pt"
+    ckpt = checkpoint_of(run, kind)
     settings = {
         "part": part,
         "instances": n,
         "run": run.name,
         "run_digest": run_digest(run),
-        "checkpoint": file_digest(ckpt) if kind == "trained" and ckpt.is_file() else None,
+        "checkpoint": file_digest(ckpt) if ckpt is not None and ckpt.is_file() else None,
         "protocol": {"eval_t": EVAL_T, "horizon": HORIZON, "loose": LOOSE, "team": 8},
         "measure_version": MEASURE_VERSION,
     }
@@ -733,6 +770,36 @@ def curve_table(runs: list[Path], field: Callable[[Any], float | None]) -> np.nd
     return np.array(rows, dtype=float)
 
 
+def heldout_curve(
+    runs: list[Path], got: dict[str, dict[str, Any]], teams: tuple[int, ...]
+) -> dict[str, Any]:
+    """The training curve read from saved checkpoints: step 0 (each seed's initial weights),
+    every kept step, and the last, each evaluated on the same held-out instances at one limit
+    (``EVAL_T``). Per metric, a seeds x points table and its per-point t-interval over seeds:
+    the curve's findings compare its ends, not training steps at their own limits."""
+    last = load_config(runs[0] / "config.toml").steps
+    points = [(0, "untrained"), *((s, f"step{s}") for s in snapshot_steps(runs)), (last, "trained")]
+    evs = [got[f"main|{kind}|{EVAL_T:g}"] for _, kind in points]
+    tables = {
+        "score": np.array([ev["score"].mean(axis=(1, 2)) for ev in evs]).T,
+        "comm": np.array([ev["comm"].mean(axis=(1, 2)) for ev in evs]).T,
+        "taught": np.array([ev["taught"].mean(axis=(1, 2)) for ev in evs]).T,
+        "useful_rel_5-8": np.array([useful_rel_seeds(ev, teams, "5-8") for ev in evs]).T,
+    }
+    return {
+        "steps": [s for s, _ in points],
+        "eval_time_limit": EVAL_T,
+        "tables": tables,
+        "intervals": {
+            k: [
+                seed_interval(t[:, j]) if t.shape[0] > 1 else bootstrap(t[:, [j]].T)
+                for j in range(t.shape[1])
+            ]
+            for k, t in tables.items()
+        },
+    }
+
+
 def ends(table: np.ndarray) -> tuple[Interval, Interval]:
     """The first and the last 20% of training: each seed's mean over those steps, and their
     t-interval over seeds (one seed: the bootstrap over its steps, which are not independent
@@ -771,6 +838,23 @@ def plots(out: Path, res: dict[str, Any]) -> list[str]:
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         files.append(name)
+
+    hc = res["heldout_curve"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for ax, (key, label) in zip(
+        axes,
+        (
+            ("score", "held-out score"),
+            ("comm", "message + post tokens per agent-second"),
+            ("useful_rel_5-8", "landed work, team 5-8 / average rollout"),
+        ),
+        strict=True,
+    ):
+        _band(ax, np.array(hc["steps"]), hc["tables"][key], "trained, per checkpoint")
+        ax.set(xlabel="training step (checkpoint; band: min-max over seeds)", ylabel=label)
+    axes[2].axhline(1.0, color="grey", ls=":")
+    axes[1].set_title(f"0. The training curve, held-out at {EVAL_T:g} s from saved checkpoints")
+    save(fig, "training_curve.png")
 
     curves = res["curves"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -981,7 +1065,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
     p.add_argument("--seeds", type=int, default=0, help="training seeds (default 3; quick 1)")
     p.add_argument("--steps", type=int, default=0, help="training steps (default 60; quick 2)")
-    p.add_argument("--instances", type=int, default=0, help="held-out instances (default 8)")
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=0,
+        help="held-out instances (default 16 per team size: the issue asks 16-32)",
+    )
     p.add_argument(
         "--jobs", type=int, default=2, help="training runs at once (default 2: the two cores)"
     )
@@ -1009,7 +1098,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--only must include main: every finding compares against the main run")
     specs = {k: v for k, v in specs.items() if only is None or k in only}
     seeds = list(range(a.seeds or (1 if a.quick else 3)))
-    n = a.instances or (2 if a.quick else 8)
+    n = a.instances or (2 if a.quick else 16)
     a.out.mkdir(parents=True, exist_ok=True)
     forward = (*(["--quick"] if a.quick else []), *(["--steps", str(a.steps)] if a.steps else []))
     measure_forward = ("--seeds", str(len(seeds)), "--instances", str(n), "--only", ",".join(specs))
@@ -1113,6 +1202,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     big_early, big_late = ends(curves["useful_rel"]["5-8"])
     comm_early, comm_late = ends(curves["comm"]["main"])
+    hc = heldout_curve(runs["main"], got, teams)
+
+    def along(key: str, fmt: str = ".3g") -> str:
+        """The held-out curve of ``key`` from step 0 to the end, each point over seeds."""
+        return ", ".join(
+            f"step {s}: {iv.text(fmt)}"
+            for s, iv in zip(hc["steps"], hc["intervals"][key], strict=True)
+        )
+
     h = heldout["main"]
     seeds_of = {name: [_seed(r) for r in rs] for name, rs in runs.items()}
     ms = seeds_of["main"]
@@ -1173,7 +1271,9 @@ def main(argv: list[str] | None = None) -> int:
             note="scripts shown, not judged: a claim about the untrained start (the oracle above 1 "
             "shows the world does not force a big team below); "
             "the start is each seed's initial weights, evaluated held-out at the limit the "
-            f"others are; training curve's first 20% (at its own limits): {big_early.text()}",
+            f"others are; held-out from saved checkpoints at {EVAL_T:g} s: "
+            f"{along('useful_rel_5-8')}; training steps' own first 20% (at their own limits): "
+            f"{big_early.text()}",
         ),
         finding(
             "big_team_reaches_2x",
@@ -1190,7 +1290,8 @@ def main(argv: list[str] | None = None) -> int:
             else {},
             scripts=of_scripts(lambda k: ur.get(k)),
             reproduces=lambda x: x >= 1.5,
-            note=f"1.5 is the claim's size; training's last 20%: {big_late.text()}",
+            note=f"1.5 is the claim's size; held-out from saved checkpoints: "
+            f"{along('useful_rel_5-8')}; training steps' own last 20%: {big_late.text()}",
         ),
         finding(
             "communication_rises",
@@ -1203,7 +1304,8 @@ def main(argv: list[str] | None = None) -> int:
             note="the primary measure, named before the run: message and post tokens, the seed's "
             "own measure (keys taught, the talk that carries knowledge, is the secondary "
             "`keys_taught_rise`); scripts shown, not judged: a claim about change under "
-            f"training; training curve, first -> last 20%: {comm_early.text('.3g')} -> "
+            f"training; held-out from saved checkpoints at {EVAL_T:g} s: {along('comm')}; "
+            f"training steps' own, first -> last 20%: {comm_early.text('.3g')} -> "
             f"{comm_late.text('.3g')}",
         ),
         finding(
@@ -1341,6 +1443,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     judge_findings(findings)
     res = {
+        "heldout_curve": hc,
         "curves": curves,
         "heldout": heldout,
         "useful_rel_heldout": useful_h,
@@ -1371,6 +1474,11 @@ def main(argv: list[str] | None = None) -> int:
         "instances": n,
         "eval_time_limit": EVAL_T,
         "findings": findings,
+        "training_curve_heldout": {
+            "steps": hc["steps"],
+            "eval_time_limit": EVAL_T,
+            "per_metric": {k: [iv(x) for x in ivs] for k, ivs in hc["intervals"].items()},
+        },
         "heldout": {
             name: {k: {f: iv(x) for f, x in d.items()} for k, d in per.items()}
             for name, per in heldout.items()

@@ -23,7 +23,13 @@ from collective.rl.train import load_config, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("main", "no_pressure", "latency_penalty", "per_agent", "ceo", "orchestrator", "islands")
-FIGURES = ("useful_work.png", "communication_and_score.png", "latency.png", "ablations.png")
+FIGURES = (
+    "training_curve.png",
+    "useful_work.png",
+    "communication_and_score.png",
+    "latency.png",
+    "ablations.png",
+)
 
 
 def _experiment(tmp_path: Path, *args: str) -> tuple[Path, dict]:
@@ -86,6 +92,12 @@ def test_quick_main_run_writes_every_figure(tmp_path: Path) -> None:
     assert cfg.world == "workshop" and cfg.params["desks"] == "shared" and cfg.org == "flat"
     assert cfg.model.context == 256 and cfg.latency == "tiny-paced"
     assert len(summary["findings"]) == 7, "the findings the main run alone can judge"
+    # the training curve is read from saved checkpoints, held-out at one limit: step 0 (the
+    # initial weights), the kept step, the last
+    curve = summary["training_curve_heldout"]
+    assert curve["steps"] == [0, 1, 2] and curve["eval_time_limit"] == 180.0
+    assert all(len(v) == 3 for v in curve["per_metric"].values())
+    assert (out / "runs" / "main-s0" / "checkpoints" / "step-000001.pt").is_file()
     held = summary["heldout"]["main"]
     scripts = {"oracle", "hire_everyone", "never_pass_keys", "no_communication"}
     assert set(held) == {"random", "untrained", "trained"} | scripts
