@@ -80,3 +80,13 @@ def signs(ep: Episode) -> Signs:
         agents=len(born),
         agent_seconds=float(sum(max(0.0, gone.get(a, end) - t0) for a, t0 in born.items())),
     )
+
+
+def score_at(ep: Episode, t: float) -> float:
+    """The anytime score at simulated time t (a step function of the episode's curve)."""
+    value = 0.0
+    for when, s in ep.curve:
+        if when > t:
+            break
+        value = s
+    return value

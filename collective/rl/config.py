@@ -60,8 +60,13 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     time_limit_end: float = 600.0  # T_max at the last step
     latency_penalty: float = 0.0  # beta in R = R_task - beta * pbar(q) * T / T_max; 0 = off
     # -- advantage --------------------------------------------------------------------------
-    advantage: Literal["collective", "individual"] = "collective"
+    # collective: one flat advantage a rollout; individual: leave-one-out credit per agent
+    # (collective/rl/credit.py); turn: forked turns' own credit (collective/rl/forks.py)
+    advantage: Literal["collective", "individual", "turn"] = "collective"
     std_normalise: bool = False  # divide A by the group's std of returns
+    fork_turns: int = 2  # advantage = "turn": turns forked per rollout (the rest keep A_i)
+    fork_samples: int = 2  # forks per forked turn: the Monte Carlo samples of its state's value
+    fork_horizon: float = 0.0  # seconds after a fork its return is read at; 0: the end
     # -- loss -------------------------------------------------------------------------------
     learning_rate: float = 3e-3
     clip: float = 0.2  # PPO clip on the importance ratio
@@ -150,6 +155,9 @@ DOMAINS: dict[str, Domain] = {
     "time_limit_start": FINITE_POSITIVE,
     "time_limit_end": FINITE_POSITIVE,
     "latency_penalty": FINITE_NON_NEGATIVE,
+    "fork_turns": _at_least(1),
+    "fork_samples": _at_least(1),
+    "fork_horizon": FINITE_NON_NEGATIVE,
     "learning_rate": FINITE_POSITIVE,
     "clip": Domain(lambda x: 0 < x < 1, "in (0, 1)"),
     "normaliser": FINITE_POSITIVE,

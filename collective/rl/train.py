@@ -153,11 +153,14 @@ def step_samples(
     step: int,
     groups: list[list[Episode]],
     credits: list[list[dict[int, float]]] | None = None,
+    turn_credit: list[list[dict[int, float]]] | None = None,
 ) -> tuple[list[Sample], dict[str, Any], list[bool]]:
     """Turn a step's groups into token samples with their advantages, plus metrics.
 
     ``credits`` (the per-agent ablation, ``advantage = "individual"``): each episode's
     leave-one-out credit per agent (``collective.rl.credit``), computed here when not given.
+    ``turn_credit`` (``advantage = "turn"``): each episode's forked turns' own advantages by turn
+    index (``collective.rl.forks``); every other turn keeps its rollout's flat advantage.
     Useful work is reported relative to this step's own average rollout (the average over all
     its groups, every team size alike), as the reference work measures it. Returns (samples,
     metrics, whether each episode was used: False for one dropped as stale), episodes in group
@@ -189,10 +192,14 @@ def step_samples(
             if weight is None:
                 continue
             downweighted += weight < 1.0
-            for t in ep.turns:
+            forked = turn_credit[g][i] if turn_credit is not None else {}
+            for j, t in enumerate(ep.turns):
                 if t.policy != "trained" or not t.token_ids:
                     continue  # the orchestrator's frozen sub-agents are not trained
-                a = adv[i] if cfg.advantage == "collective" else per_agent[i][t.agent]
+                if cfg.advantage == "individual":
+                    a = per_agent[i][t.agent]
+                else:
+                    a = forked.get(j, adv[i])
                 samples.append(
                     Sample(
                         t.prompt,

@@ -27,7 +27,7 @@ from collective.base.latency import latency_preset
 from collective.base.outputs import save_figure, write_file
 from collective.engine.conductor import Conductor
 from collective.records import Dropped, Episode, EpisodeConfig, Posted
-from collective.records.signs import signs
+from collective.records.signs import score_at, signs
 from collective.rl.config import ClusterConfig
 from policy.base import Policy
 
@@ -96,16 +96,6 @@ class ScaleRow(msgspec.Struct, kw_only=True):
     batch_largest: int
     turns_per_agent: float
     wall_seconds: float
-
-
-def score_at(ep: Episode, t: float) -> float:
-    """The anytime score at simulated time t (a step function of the episode's curve)."""
-    value = 0.0
-    for when, s in ep.curve:
-        if when > t:
-            break
-        value = s
-    return value
 
 
 def time_to(ep: Episode, target: float) -> float | None:
