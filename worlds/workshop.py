@@ -134,9 +134,8 @@ FINDINGS: dict[str, object] = {
 }
 
 
-# Resident bytes per module (its layer, dependencies, units, key, counters and indexes): 252,
-# the peak-RSS slope of Workshop(n_agents=1, size=S) built in a fresh process at S = 20,000 and
-# 400,000 (bench/footprint.py).
+# Resident bytes per module (its layer, dependencies, units, key, counters and indexes): a
+# peak-RSS slope, rounded up (bench/footprint.py; bench/results/footprint/README.md).
 MODULE_BYTES = 256
 
 
