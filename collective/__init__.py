@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING, Any
 # kernels (ATen), MKL and oneDNN each pick their vector code by the CPU: on one with AVX-512 they
 # round a layer norm, a softmax or a gradient otherwise than on one with AVX2 only, so the tiny
 # sampler's float32 prefill and the learner's float32 steps, hence a training run's figures,
-# depended on the machine (measured: one learner step of the main job, other weights; a
-# sampled logprob, another 7th digit). AVX2 is on every x86 CPU of the last decade and, on this
-# machine's AVX-512, no slower here. A variable already set is the user's choice, and kept.
+# depended on the machine (what differed: bench/results/rerun/README.md). AVX2 is on every x86
+# CPU of the last decade, and no slower here. A variable already set is the user's choice, kept.
 ISA = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 for _name, _value in ISA.items():
     os.environ.setdefault(_name, _value)

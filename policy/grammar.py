@@ -288,7 +288,7 @@ def compile_space(space: ActionSpace) -> Grammar:
 
     Each island of an ``islands:K`` episode has its own space (its channel's name is in it), so
     the cache holds thousands: at 256, 512 islands of 8 recompiled every grammar in every batch
-    (the city study's 4,096-agent islands cell: over ten minutes, killed; 218 s at 4,096)."""
+    (the city study's 4,096-agent islands cell: bench/results/city/README.md)."""
     return Grammar(space)
 
 

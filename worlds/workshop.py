@@ -76,33 +76,10 @@ messages, the communication that carried knowledge.
 spending a team's tokens needs measurably longer. "No organisation contains the solo": compare
 a flat team with a solo (every agent from the start), not a CEO who starts alone.
 
-What a prompt's parts take, in bytes, measured on real prompts of ``FINDINGS`` episodes (flat
-team of 8, 180 s, untrained tiny policy; ``bench/findings_controls.py --bytes``; median / 90th
-percentile over every turn). The tiny model sees ``context - max_output_tokens - 1`` prompt
-bytes (``policy/tiny/decode.py``: the observation and inbox from their start, the ``last:`` line
-kept whole when short):
-
-=========================================  ======================  ======================
-part of the prompt                         FINDINGS (terse,        the study's world
-(share of prompts; median; p90 bytes)      view 5), flat 8         before (FAIR, view 3),
-                                                                   CEO hiring to 8
-=========================================  ======================  ======================
-observation: header (built, keys, wanted)  100%; 12; 30            100%; 12; 34
-observation: desk (the slots)              100%; 47; 53            100%; 51; 62
-``inbox:`` line                            18.5%; 27; 41           11.2%; 27; 27
-``#all:`` channel line                     53%; 23; 42             34%; 23; 61
-``last:`` line and ``>``                   100%; 25; 101           100%; 25; 64
-whole prompt                               113; 182                115; 165
-inbox line seen whole, context 128         4.9%                    5.9%
-... context 192                            85%                     97%
-... context 256                            100%                    100%
-=========================================  ======================  ======================
-
-So at the study's context of 128 the model saw a whole inbox in about one prompt in twenty;
-with ``FINDINGS`` use a context of 256 (``TinyConfig.context``, recorded in every checkpoint, so
-older checkpoints load with their own 128), which holds every inbox line measured; the model
-then reads 128 prompt tokens a turn on average instead of 100 (+27%; 124 at a context of
-192). The prompt layout itself (``collective/engine/actor.py``) is unchanged.
+With ``FINDINGS`` use a context of 256 (``TinyConfig.context``, recorded in every checkpoint,
+so older checkpoints load with their own 128): at 128 the model saw a whole inbox line in about
+one prompt in twenty, at 256 in all of them (the prompt's bytes by part, measured with
+``bench/findings_controls.py --bytes``: ``bench/results/findings_controls/README.md``).
 """
 
 from __future__ import annotations
@@ -134,9 +111,8 @@ FINDINGS: dict[str, object] = {
 }
 
 
-# Resident bytes per module (its layer, dependencies, units, key, counters and indexes): 252,
-# the peak-RSS slope of Workshop(n_agents=1, size=S) built in a fresh process at S = 20,000 and
-# 400,000 (bench/footprint.py).
+# Resident bytes per module (its layer, dependencies, units, key, counters and indexes): a
+# peak-RSS slope, rounded up (bench/footprint.py; bench/results/footprint/README.md).
 MODULE_BYTES = 256
 
 

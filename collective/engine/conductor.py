@@ -297,10 +297,10 @@ def roomy_gc() -> Iterator[None]:
     current wait), so even a young collection walks about four objects per agent. The engine's
     own objects form no reference cycles (reference counting frees them), so collecting young
     objects every 1,000,000 allocations instead of every 700, and old ones rarely, costs only
-    this: cyclic garbage made by a world or a policy lives longer before it is freed. Measured
-    with 100,000 agents, the collector took 42 s of a 68 s run with the default thresholds and
-    2.3 s of 30 s with these. Only when the collector runs changes, never what an episode
-    does; the previous thresholds come back when play ends.
+    this: cyclic garbage made by a world or a policy lives longer before it is freed (the time
+    it saves at 100,000 agents: ``bench/results/engine/README.md``, "Figures the code cites").
+    Only when the collector runs changes, never what an episode does; the previous thresholds
+    come back when play ends.
     """
     global _plays
     old = gc.get_threshold()

@@ -83,7 +83,7 @@ _BY_ID = operator.attrgetter("id")
 
 # What the engine raises inside a program to end it: caught where the actor's task ends, also
 # inside the group of a nursery of the program's own. (Not ``except*``: it wraps every bare
-# exception in a group to match it, about 2 µs an agent at every episode's end.)
+# exception in a group to match it, a cost per agent at each episode's end: bench/results/engine/.)
 ENGINE_SIGNALS = (Dismissed, EpisodeOver, WorldStopped)
 
 

@@ -12,8 +12,9 @@ for too much gets a MemoryError, which the caller turns into a one-line error, i
 the machine's memory (and its neighbours') or being killed by the kernel half-way.
 
 The constants are peak resident set slopes between two sizes, each run in a fresh process, so
-the interpreter and the imports cancel out (``bench/footprint.py``, 2 shared cores, Python
-3.11; rerun it after a change to what an agent or an episode holds).
+the interpreter and the imports cancel out (``bench/footprint.py``; the figures are in
+``bench/results/footprint/README.md``; rerun it after a change to what an agent or an episode
+holds).
 """
 
 from __future__ import annotations
@@ -27,17 +28,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collective.world import World
 
-# One agent of a running episode: its actor, observation, prompt, request and response in the
-# batch everyone thinks in at t=0, its turn record. `run workshop --time-limit 3 --agents N`,
-# workshop's own 4 modules per agent taken off: 6.07 KB (N = 2,000 to 40,000, the record in
-# memory), 5.6 KB (N = 40,000 to 200,000, the record streamed with --out). (Idle: 3.7 KB,
-# bench/engine.py --million.)
+# One agent of a running episode (actor, prompt, request, turn record): a peak-RSS slope,
+# rounded up (bench/results/footprint/README.md).
 AGENT_BYTES = 6144
-# One episode of training, in flight and then held whole until the learner has its step (turn
-# records with their token ids and logprobs, the world, the actors, the learner's share), per
-# agent: `train configs/quick.toml --set steps=1` with groups_per_step = 1 and group_size =
-# concurrency = 64, then 256 (teams of 2 and 4, 120 s episodes, 24-token turns) peaked at 962 MB
-# and 1,267 MB: 1.59 MB an episode, 530 KB an agent. Longer episodes hold more turns.
+# One training episode, in flight and then held for the learner, per agent: a peak-RSS slope,
+# rounded down to a power of two (bench/results/footprint/README.md).
 EPISODE_AGENT_BYTES = 512 * 1024
 
 

@@ -133,7 +133,8 @@ BODY_MSGPACK = 0
 BODY_ZSTD_PARTS = 1
 INCOMPLETE = 0xFFFF
 _FRAME = struct.Struct(">I")
-ZSTD_LEVEL = 3  # 7x smaller than msgpack at ~150 MB/s; level 6 is 15% smaller, 3x slower
+# Level 3: most of zstd's size for little of its time (bench/results/engine/README.md, figures).
+ZSTD_LEVEL = 3
 CHUNK_RECORDS = 4096  # events or turns a chunk holds before it is written (about 1 MB of msgpack)
 MAX_PART = 1 << 30  # the most one part may expand to: a sealed file cannot make us allocate more
 

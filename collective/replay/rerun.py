@@ -332,7 +332,7 @@ def tokenizer_of(policy: Policy) -> str:
     own ``tokenizer_name`` ("bytes" for the byte-level random, scripted and tiny policies), else
     "" (not recorded: replay then cannot check that ids spell the text). Declared by the policy,
     not found by ``isinstance``: asking whether a random policy is a ``TinyPolicy`` imported
-    torch, 2-5 s of a fork or run that needs no torch at all."""
+    torch, seconds of a fork or run that needs no torch at all (bench/results/engine/README.md)."""
     declared = getattr(policy, "tokenizer_name", None)
     return declared if isinstance(declared, str) else ""
 

@@ -10,8 +10,8 @@ untrained policy through the same protocol) and, where the claim has a size, cle
 "no" otherwise, and always "no" when the figure or a baseline is missing.
 
 That bootstrap, and that rule, do not hold with a few seeds: with 3 training seeds a "95%"
-bootstrap over seeds x instances covers the truth 78% of the time when seeds differ as much as
-instances do, 90% when they differ a third as much (bench/coverage.py prints the table;
+bootstrap over seeds x instances covers the truth well under 95% of the time when seeds differ
+(bench/coverage.py; the table is in bench/results/coverage/README.md, and
 tests/test_intervals.py asserts it), and two intervals that must not overlap ignore that
 trained and untrained share seeds and instances. The statistics findings are judged by now:
 
@@ -21,12 +21,12 @@ trained and untrained share seeds and instances. The statistics findings are jud
 - ``seed_interval``: the mean of per-seed values (one figure per training seed, over its
   instances) and its Student-t interval over seeds, the per-seed values reported with it. The
   seed is the unit that was replicated; a t-interval over S seed means is exact for normal
-  seed effects and covers 93.5-96% in the simulations, with 3 seeds as with 6.
+  seed effects and close to 95% in the simulations, with 3 seeds as with 6.
 - ``hierarchical_bootstrap``: for any statistic of a seeds x instances design (a ratio, say),
   resampling seeds, then each chosen seed's instances, vectorised; its percentile interval is
   expanded for the few seeds (Hesterberg's expanded percentile: the tails taken at
-  Phi(-sqrt(S/(S-1)) t_{S-1})), which brings it to 91% (3 seeds) and 93.5% (6) where seeds
-  differ; where they do not it counts the instances' noise twice and is conservative (98.5-100%).
+  Phi(-sqrt(S/(S-1)) t_{S-1})), which brings it near 95% where seeds differ; where they do not
+  it counts the instances' noise twice and is conservative.
   Findings are judged by the t-interval; this one is for statistics that are not a mean.
 - ``t_test`` and ``holm``: a finding's two-sided p-value from its per-seed values (a finding
   with several parts takes the largest, an intersection-union test), and Holm's step-down
@@ -449,7 +449,7 @@ def hierarchical_bootstrap(
     resamples at once. ``statistic`` maps a batch of resampled arrays (shape [boot, seeds,
     instances, ...]) to ``boot`` values (default: the mean). ``expand``: Hesterberg's expanded
     percentile interval, the tails taken at Phi(-sqrt(S/(S-1)) t_{S-1}) instead of (1 - level)
-    / 2, for the few seeds (without it, 3 seeds cover ~78% where seeds differ)."""
+    / 2, for the few seeds (without it, 3 seeds cover far less: bench/results/coverage/)."""
     t = np.asarray(table, dtype=np.float64)
     if t.ndim < 2 or t.size == 0 or not np.isfinite(t).all():
         return MISSING

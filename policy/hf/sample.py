@@ -509,8 +509,8 @@ def _chunk(
     """Logprob of each target and entropy, for a chunk of output positions: logits exist only
     here, ``[chunk, vocab]``, under the mask the sampler used."""
     z = masked_logits(head(hidden), temperature, bitmask)
-    # log_softmax, not logsumexp: on a CPU, torch's logsumexp takes a slow path (5x) over the
-    # FORBIDDEN logits, log_softmax and softmax do not.
+    # log_softmax, not logsumexp: on a CPU, torch's logsumexp takes a slow path over the
+    # FORBIDDEN logits, log_softmax and softmax do not (bench/results/policy/README.md).
     logp_all = torch.log_softmax(z, dim=-1)
     logp = logp_all.gather(-1, targets[:, None])[:, 0]
     # H = -sum(p * log p) as a dot product (no [chunk, vocab] product tensor); a forbidden

@@ -72,12 +72,11 @@ class TinyModel:
     each with ONE torch intra-op thread. On a small CPU that is the parallelism that pays: a
     decode step is dozens of small kernels, and splitting each across cores costs a barrier per
     kernel, which becomes a stall of a whole time slice when another process (or the learner)
-    holds a core; measured here, a 4-agent episode took 31 s with two intra-op threads on a busy
-    machine and 3 s with one. Chunks on separate threads never wait for each other. One
-    intra-op thread is also part of what keeps sampling bit-exact whatever the batch: a
-    prompt's prefill is the same kernel calls in any batch only if their thread count is too,
-    and no elementwise kernel cuts a tensor at a place that depends on its size
-    (``policy.tiny.invariant``).
+    holds a core (tenfold on a busy machine: ``bench/results/policy/README.md``). Chunks on
+    separate threads never wait for each other. One intra-op thread is also part of what keeps
+    sampling bit-exact whatever the batch: a prompt's prefill is the same kernel calls in any
+    batch only if their thread count is too, and no elementwise kernel cuts a tensor at a place
+    that depends on its size (``policy.tiny.invariant``).
     (``torch.set_num_threads`` also sets the default for threads created later; a learner that
     wants more intra-op threads sets them in its own thread.)
     """
