@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -221,3 +222,26 @@ def test_a_run_from_before_the_config_record_resumes_and_gets_one(tmp_path: Path
     assert len(train(small_train(steps=2), run, resume=True, progress=False)) == 1
     record = json.loads((run / "config.json").read_text())
     assert record["config"]["steps"] == 2 and len(record["digest"]) == 32
+
+
+def test_a_run_begun_before_a_field_was_added_resumes_and_an_edit_is_still_refused(
+    tmp_path: Path,
+) -> None:
+    """A run whose record lacks a field TrainConfig has since gained (its config.json, written
+    by the older version, has neither the field nor its digest) resumes: the field at its
+    default is no edit. A real edit of a recorded field is still refused."""
+    run = tmp_path / "run"
+    train(small_train(steps=2), run, progress=False, stop_after=1)
+    record = json.loads((run / "config.json").read_text())
+    added = ("fork_turns", "fork_samples", "fork_horizon")  # fields added after such a run
+    old = {k: v for k, v in record["config"].items() if k not in added}
+    digest = hashlib.blake2b(json.dumps(old, sort_keys=True).encode(), digest_size=16)
+    (run / "config.json").write_text(json.dumps({"digest": digest.hexdigest(), "config": old}))
+    toml = run / "config.toml"
+    toml.write_text(
+        "".join(x for x in toml.read_text().splitlines(True) if x.split(" ")[0] not in added)
+    )
+    assert len(train(small_train(steps=2), run, resume=True, progress=False)) == 1
+    toml.write_text(toml.read_text().replace("clip = 0.2", "clip = 0.3"))
+    with pytest.raises(ValueError, match=r"edited after the run began \(clip"):
+        train(small_train(steps=3, clip=0.3), run, resume=True, progress=False)

@@ -263,6 +263,19 @@ def config_digest(cfg: TrainConfig) -> str:
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()
 
 
+def config_changes(recorded: dict[str, Any], cfg: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """How ``cfg`` differs from a config record (``config_fields`` as a run kept it), where a
+    field the record lacks counts as its default: a field added to TrainConfig since the run
+    began, at its default, is no change, so an upgrade never strands a run (a digest over every
+    field would call each old run edited)."""
+    defaults = config_fields(TrainConfig())
+    filled = {**defaults, **recorded}
+    for key, value in defaults.items():
+        if isinstance(value, dict) and isinstance(recorded.get(key), dict) and key != "params":
+            filled[key] = {**value, **recorded[key]}
+    return changed_fields(filled, config_fields(cfg))
+
+
 def changed_fields(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The fields (tables' too, as ``model.d_model``) where two configs' builtins differ."""
     out: dict[str, tuple[Any, Any]] = {}

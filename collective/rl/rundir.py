@@ -43,6 +43,7 @@ from collective.records import Episode, load_episode, save_episode
 from collective.rl.config import (
     TrainConfig,
     changed_fields,
+    config_changes,
     config_digest,
     config_fields,
     dump_config,
@@ -297,11 +298,13 @@ class RunDir:
                 digest, fields = began["digest"], began["config"]
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"{record}: not a readable config record") from None
-            if digest != config_digest(on_disk):
-                edits = _changes(changed_fields(fields, config_fields(on_disk)))
+            # by field, not by digest: a field TrainConfig gained since, at its default, is no edit
+            if digest != config_digest(on_disk) and (
+                edits := _changes(config_changes(fields, on_disk))
+            ):
                 raise ValueError(
                     f"{self.path / 'config.toml'} was edited after the run began "
-                    f"({edits or 'it no longer matches the digest in config.json'}); a run "
+                    f"({edits}); a run "
                     "keeps one config: put it back, or train the new config with --out "
                     "(a resume may extend a run with --set steps=N)"
                 )
