@@ -292,7 +292,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from hf_tiny import make_model, make_tokenizer
 
     from policy.hf.sample import HFModel
-    from policy.sglang.client import SGLangServer
+    from policy.sglang import SGLangServer
 
     tokenizer = make_tokenizer()
     start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path_factory.mktemp("hf") / "m")
