@@ -470,7 +470,8 @@ class SGLangPolicy:
             async def resume_all() -> dict[str, Exception]:
                 with trio.CancelScope(shield=True):  # never leave a server paused
                     paused_now = [u for u in paused if u not in self.lost_servers]
-                    return (await self._on_all(paused_now, resume))[1]
+                    not_resumed = (await self._on_all(paused_now, resume))[1]
+                return not_resumed
 
             paused, failed = await self._on_all(self.live_servers, pause)
             try:
@@ -856,12 +857,13 @@ class SGLangPolicy:
         if not isinstance(meta, dict):
             raise bad(f"no meta_info in {str(item)[:200]}")
         finish = meta.get("finish_reason")
-        kind = finish.get("type") if isinstance(finish, dict) else None
+        reason: dict[str, Any] = finish if isinstance(finish, dict) else {}
+        kind = reason.get("type")
         if kind == "abort":
-            status = finish.get("status_code")
+            status = reason.get("status_code")
             if isinstance(status, int) and 400 <= status < 500 and status != 429:
-                raise bad(f"the server refused it: {finish.get('message')!r}")
-            raise _Aborted(str(finish.get("message", "aborted")))
+                raise bad(f"the server refused it: {reason.get('message')!r}")
+            raise _Aborted(str(reason.get("message", "aborted")))
         if kind not in ("stop", "length"):
             raise bad(f"finish_reason {finish!r}")
         self._check_label(url, meta.get("weight_version"), bad)
