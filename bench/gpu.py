@@ -11,7 +11,7 @@ beside them quotes the figures and says which machine made them):
 1. **learner**: one RLCR learner step (``collective.rl.train.Learner.step``, the real one) on
    ``batch`` sequences of ``tokens`` tokens, the last ``outputs`` of each sampled under the
    action grammar: tokens/s (best of ``repeats`` steps after a warm-up) and peak memory, for
-   {chunked, naive} logprobs x {full, LoRA}. *chunked* is ``policy.hf.sample.HFModel``: hidden
+   {chunked, naive} logprobs x {full, LoRA}. *chunked* is ``policy.hf.model.HFModel``: hidden
    states,
    then logits only at output positions, ``logit_chunk`` at a time, recomputed in backward.
    *naive* is what the learner did before: logits of every position, ``[batch, tokens, vocab]``,
@@ -92,8 +92,8 @@ def build_model(shape: str, tokenizer_dir: str, device: str, dtype: str, lora: i
     """An HFModel of ``shape`` with random weights over the tiny-lm tokenizer."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from policy.hf.model import DTYPES, HFModel
     from policy.hf.prompt import load_tokenizer
-    from policy.hf.sample import DTYPES, HFModel
 
     tokenizer = load_tokenizer(tokenizer_dir)
     config = Qwen2Config(

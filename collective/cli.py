@@ -781,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except BrokenPipeError:  # `collective show ... | head`: the reader has all it wanted
-        sys.stdout = None  # type: ignore[assignment]  (nothing more to flush at exit)
+        sys.stdout = None  # nothing more to flush at exit
         return 0
     except KeyboardInterrupt:
         if args.verbose:

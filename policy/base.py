@@ -52,7 +52,11 @@ class Policy(Protocol):
     answer must not depend on which other requests share its batch."""
 
     name: str  # recorded in the episode, e.g. "random" or "tiny:runs/a/ckpt-40.pt"
-    version: int
+
+    @property
+    def version(self) -> int:
+        """The weights' version the answers come from (read only: a policy says which it holds)."""
+        ...
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]: ...
 

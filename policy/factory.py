@@ -4,7 +4,7 @@
 ``hf:DIR`` (a Hugging Face model directory, sampled in this process);
 ``sglang:URL[,URL...] [OPTION=VALUE ...]`` (a fleet of running servers) or
 ``sglang:launch:MODEL [OPTION=VALUE ...] [-- SGLANG_ARG ...]`` (the options and the spec's syntax
-are in :mod:`policy.sglang.client`).
+are in :mod:`policy.sglang.spec`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -151,6 +152,10 @@ class _Arg:
         return out
 
 
+#: A state of the automaton while it is built (see ``Grammar.__init__``).
+_Node = tuple[Any, ...]
+
+
 class Grammar:
     """The compiled automaton of one action space (see the module docstring for the tables)."""
 
@@ -171,17 +176,17 @@ class Grammar:
 
         # A node is ("tool", prefix) | ("arg", tail id, representative string) | ("done",); its
         # key drops what cannot change the future, so equal futures merge.
-        def key(node: tuple) -> Hashable:
+        def key(node: _Node) -> Hashable:
             if node[0] == "arg":
                 return ("arg", node[1], arg_of[node[1]].key(node[2]))
             return node
 
-        def edges(node: tuple) -> list[tuple[int, tuple]]:
+        def edges(node: _Node) -> list[tuple[int, _Node]]:
             if node[0] == "done":
                 return []
             if node[0] == "tool":
                 p = node[1]
-                out = [
+                out: list[tuple[int, _Node]] = [
                     (ord(c), ("tool", p + c))
                     for c in sorted({n[len(p)] for n in names if len(n) > len(p)})
                     if p + c in name_prefixes
@@ -200,7 +205,7 @@ class Grammar:
             return out
 
         ids: dict[Hashable, int] = {key(("tool", "")): START, ("done",): DONE}
-        nodes: list[tuple] = [("tool", ""), ("done",)]
+        nodes: list[_Node] = [("tool", ""), ("done",)]
         trans: list[list[tuple[int, int]]] = [[], []]
         queue = deque([0])
         while queue:

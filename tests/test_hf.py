@@ -1,4 +1,4 @@
-"""The Hugging Face learner (policy.hf.sample) on a CPU, with tiny models built here (no downloads).
+"""The Hugging Face learner (policy.hf.model) on a CPU, with tiny models built here (no downloads).
 
 What it must get right: the logprob of every sampled token under exactly the distribution that
 sampled it (grammar mask, temperature), chunked so no [batch, tokens, vocab] logits exist; one
@@ -20,9 +20,9 @@ from collective import ActionSpace, ArgSpec, ToolSpec
 from collective.rl.train import Learner, Sample, TrainConfig
 from policy.base import PolicyRequest, TrainableModel
 from policy.hf.grammar import GrammarError, unpack
+from policy.hf.model import HFModel, check_model_dir, placement
 from policy.hf.policy import HFPolicy
 from policy.hf.prompt import prompt_ids
-from policy.hf.sample import HFModel, check_model_dir, placement
 
 SPACE = ActionSpace(
     (

@@ -20,8 +20,8 @@ from policy.base import PolicyError, PolicyRequest
 from policy.factory import make_policy
 from policy.hf import grammar as hf_grammar
 from policy.hf.grammar import masked_logits, unpack
+from policy.hf.model import HFModel
 from policy.hf.policy import HFPolicy, draw
-from policy.hf.sample import HFModel
 from worlds.tally import Tally
 
 WAIT = ToolSpec("wait", (ArgSpec("seconds", "int", lo=0, hi=600),), "wait")

@@ -291,8 +291,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A starting Hugging Face model and two stand-in SGLang servers serving it, as processes."""
     from hf_tiny import make_model, make_tokenizer
 
-    from policy.hf.sample import HFModel
-    from policy.sglang.client import SGLangServer
+    from policy.hf.model import HFModel
+    from policy.sglang import SGLangServer
 
     tokenizer = make_tokenizer()
     start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path_factory.mktemp("hf") / "m")

@@ -38,9 +38,9 @@ from collective.replay import verify
 from policy.base import PolicyError, PolicyRequest
 from policy.constraint import action_ebnf, action_regex
 from policy.factory import make_policy
+from policy.hf.model import HFModel
 from policy.hf.prompt import prompt_ids
-from policy.hf.sample import HFModel
-from policy.sglang.client import (
+from policy.sglang import (
     SGLangPolicy,
     SGLangServer,
     free_port,

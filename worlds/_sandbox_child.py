@@ -167,7 +167,8 @@ def literal(value: object, depth: int = 0) -> str:
     if value is None or kind in (bool, int, str, bytes):
         return repr(value)
     if kind is float:  # infinities as literals; nan has none, and equals nothing anyway
-        return {float("inf"): "1e999", float("-inf"): "-1e999"}.get(value, repr(value))
+        infinities: dict[object, str] = {float("inf"): "1e999", float("-inf"): "-1e999"}
+        return infinities.get(value, repr(value))
     if kind in (list, tuple, set):
         items = [literal(v, depth + 1) for v in value]  # type: ignore[attr-defined]
         if kind is list:

@@ -118,7 +118,17 @@ MODULE_BYTES = 256
 
 class Workshop(World):
     monotone = True
-    lexicon = ("ready", "built", "key", "need", "slot", "mine", "take", "done", "help")
+    lexicon: tuple[str, ...] = (
+        "ready",
+        "built",
+        "key",
+        "need",
+        "slot",
+        "mine",
+        "take",
+        "done",
+        "help",
+    )
 
     @classmethod
     def footprint(cls, n_agents: int, **params: Any) -> int:

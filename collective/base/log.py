@@ -32,10 +32,10 @@ def get_logger(name: str) -> Any:
     )
 
 
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _Stderr(logging.StreamHandler):
     """Writes to ``sys.stderr`` as it is when each record comes (a caller may swap it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -336,7 +336,7 @@ def writing(path: str | Path, label: str = "output", buffering: int = -1) -> Ite
     finish_file(target, tmp, label)
 
 
-def write_file(path: str | Path, data: bytes, label: str = "output") -> Path:
+def write_file(path: str | Path, data: bytes | memoryview, label: str = "output") -> Path:
     """Write ``data`` to ``path`` atomically, replacing only a regular file; returns the file
     written (a link's target)."""
     with writing(path, label) as f:

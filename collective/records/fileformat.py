@@ -140,7 +140,7 @@ MAX_PART = 1 << 30  # the most one part may expand to: a sealed file cannot make
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Episode)
-_part_decoder = msgspec.msgpack.Decoder(Part)  # type: ignore[arg-type]
+_part_decoder = msgspec.msgpack.Decoder(Part)
 
 
 def encode_episode(ep: Episode) -> bytes:
@@ -434,7 +434,7 @@ class _Order:
             if a < -1:
                 self.fail(f"event {self.events} concerns agent {a}")
             if type(e) is Delivered or type(e) is Fired:
-                to = e.to if type(e) is Delivered else e.target
+                to = e.to if isinstance(e, Delivered) else e.target
                 if not 0 <= to < n:
                     self.fail(f"event {self.events} names agent {to}, of {n} spawned")
             self.events += 1
@@ -452,12 +452,12 @@ class _Order:
             if blank_turn(t) is not t:
                 self.fail(f"turn {len(self.ended)} carries its outcome before it ended")
             self.ended.append(0)
-        for e in part.ends:
-            if not 0 <= e.index < len(self.ended) or not e.kind:
-                self.fail(f"an end of turn {e.index}, of {len(self.ended)} turns so far")
-            if self.ended[e.index]:
-                self.fail(f"turn {e.index} ends twice")
-            self.ended[e.index] = 1
+        for end in part.ends:
+            if not 0 <= end.index < len(self.ended) or not end.kind:
+                self.fail(f"an end of turn {end.index}, of {len(self.ended)} turns so far")
+            if self.ended[end.index]:
+                self.fail(f"turn {end.index} ends twice")
+            self.ended[end.index] = 1
 
     def closing(self, c: Closing) -> None:
         if self.turn_agent >= self.agents:
@@ -742,9 +742,9 @@ class EpisodeStream:
                     kept[i] = t
                 i += 1
             for e in chunk.ends:
-                t = kept.get(e.index)
-                if t is not None:
-                    e.land_on(t)
+                turn = kept.get(e.index)
+                if turn is not None:
+                    e.land_on(turn)
         return list(kept.values())
 
     @property

@@ -27,7 +27,8 @@ Overflow = Literal["drop_newest", "drop_oldest"]
 
 # gc=False on events and turns: they hold no references back to anything, so they can never be
 # part of a cycle, and a long episode keeps millions of them; untracked, Python's cyclic
-# collector never walks them.
+# collector never walks them. Each event repeats ``frozen=True``: msgspec inherits it from
+# ``Event``, a type checker (a dataclass transform) does not.
 class Event(
     msgspec.Struct, tag=True, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True
 ):
@@ -35,18 +36,18 @@ class Event(
     agent: int  # who it concerns (-1 for the episode itself)
 
 
-class Spawned(Event, tag="spawn"):
+class Spawned(Event, tag="spawn", frozen=True):
     role: str
     by: int  # -1 for the agents the organisation starts with
 
 
-class Asked(Event, tag="ask"):
+class Asked(Event, tag="ask", frozen=True):
     turn: int
     prompt: str  # a digest of the prompt: replay notices a changed observation at once
     read: tuple[int, ...]  # ids of the messages the prompt consumed from the mailbox
 
 
-class Thought(Event, tag="think"):
+class Thought(Event, tag="think", frozen=True):
     turn: int
     asked: float
     text: str
@@ -55,19 +56,19 @@ class Thought(Event, tag="think"):
     output_tokens: int
 
 
-class Began(Event, tag="begin"):
+class Began(Event, tag="begin", frozen=True):
     act: int  # the agent's action counter
     text: str
     until: float  # when the effect lands
 
 
-class Rejected(Event, tag="reject"):
+class Rejected(Event, tag="reject", frozen=True):
     act: int
     text: str
     error: str
 
 
-class Committed(Event, tag="commit"):
+class Committed(Event, tag="commit", frozen=True):
     act: int
     tool: str
     ok: bool
@@ -75,43 +76,43 @@ class Committed(Event, tag="commit"):
     real: float  # measured real seconds of the tool (hybrid mode), charged and replayed
 
 
-class Sent(Event, tag="send"):
+class Sent(Event, tag="send", frozen=True):
     msg: int
     to: int
     text: str
 
 
-class Delivered(Event, tag="deliver"):
+class Delivered(Event, tag="deliver", frozen=True):
     msg: int
     to: int
 
 
-class Dropped(Event, tag="drop"):
+class Dropped(Event, tag="drop", frozen=True):
     msg: int
     to: int
     reason: str  # "mailbox_full", "evicted", "no_such_agent", "not_allowed", "unread_at_end"
 
 
-class Posted(Event, tag="post"):
+class Posted(Event, tag="post", frozen=True):
     msg: int
     channel: str
     text: str
 
 
-class Hired(Event, tag="hire"):
+class Hired(Event, tag="hire", frozen=True):
     new: int
     role: str
 
 
-class Fired(Event, tag="fire"):
+class Fired(Event, tag="fire", frozen=True):
     target: int
 
 
-class Woke(Event, tag="wake"):
+class Woke(Event, tag="wake", frozen=True):
     reason: str
 
 
-class Happened(Event, tag="happen"):
+class Happened(Event, tag="happen", frozen=True):
     """A world event (``World.at``) happened; ``agent`` is -1. Only worlds that schedule events
     write these, so every other episode's bytes are as they were."""
 
@@ -119,7 +120,7 @@ class Happened(Event, tag="happen"):
     call: str  # what was called, as ``name(args)``
 
 
-class Failed(Event, tag="fail"):
+class Failed(Event, tag="fail", frozen=True):
     """A world method raised (or returned what it may not): the episode ends ``world_error``
     right after. ``agent`` is the agent whose call it was, or -1."""
 
@@ -141,7 +142,7 @@ def failure_text(world: str, method: str, agent: int, error: str, where: str) ->
     return f"{world}.{method} raised {error} at {where}"
 
 
-class Ended(Event, tag="end"):
+class Ended(Event, tag="end", frozen=True):
     reason: str  # "done", "time_limit", "idle", "event_limit", "world_error"
     score: float
 
@@ -203,7 +204,7 @@ def _depth(value: Any) -> int:
     recursion, and only as far as one past ``MAX_DEPTH``."""
     deepest, level = 0, [value]
     while level and deepest <= MAX_DEPTH:
-        inner = []
+        inner: list[Any] = []
         for v in level:
             if isinstance(v, dict):
                 inner += v.values()

@@ -6,7 +6,7 @@ Two backends, one contract (what ``collective.rl.train`` calls):
   by frozen copies of its weights, one per live policy version, so the learner never changes
   weights a batch is sampling from, and an episode pinned to version v is sampled by exactly the
   weights of version v (``pinned = True``: runs are reproducible).
-- ``HFBackend``: the learner trains a Hugging Face causal LM (``policy.hf.sample.HFModel``) on the
+- ``HFBackend``: the learner trains a Hugging Face causal LM (``policy.hf.model.HFModel``) on the
   configured device and dtype. Rollouts are sampled either in this process by frozen copies, one
   per live version, like the tiny backend (``hf_server = ""``, ``pinned = True``), or by an
   SGLang server: after each step the weights are written in the layout SGLang's
@@ -111,7 +111,7 @@ class TinyBackend:
 
 
 class HFBackend:
-    """A Hugging Face causal LM (``policy.hf.sample.HFModel``), sampled in this process or by
+    """A Hugging Face causal LM (``policy.hf.model.HFModel``), sampled in this process or by
     SGLang.
 
     ``hf_server = ""``: rollouts are sampled in-process (``policy.hf.policy.HFPolicy``, the
@@ -125,7 +125,7 @@ class HFBackend:
     """
 
     def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
-        from policy.hf.sample import placement
+        from policy.hf.model import placement
 
         checks = [
             (bool(cfg.hf_model), "backend = 'hf' needs hf_model (a local model directory)"),
@@ -138,7 +138,7 @@ class HFBackend:
             if not ok:
                 raise ValueError(f"train config: {msg}")
         if cfg.hf_server:  # its syntax now, not once the progress bar has started
-            from policy.sglang.client import parse_spec
+            from policy.sglang.spec import parse_spec
 
             try:
                 parse_spec(self._server_spec(cfg).removeprefix("sglang:"))
@@ -154,7 +154,7 @@ class HFBackend:
         self.serving: Any = None
 
     def _load(self, path: str | Path) -> Any:
-        from policy.hf.sample import HFModel
+        from policy.hf.model import HFModel
 
         cfg = self.cfg
         return HFModel.load(

@@ -84,7 +84,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     concurrency: int = 32  # episodes in flight at once
     channel_capacity: int = 64  # finished episodes buffered on their way to the learner
     # -- the policy -------------------------------------------------------------------------
-    backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face causal LM (policy/hf/sample.py)
+    backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face causal LM (policy/hf/model.py)
     hf_model: str = ""  # backend = "hf": a local model directory to start from
     hf_build: Literal["", "tiny-lm"] = ""  # build hf_model thus (make-model) if it is absent
     hf_server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."

@@ -178,7 +178,7 @@ def bootstrap_contrast(
         or len({t.shape[0] for t in ts}) != 1
     ):
         return MISSING
-    seeds = ts[0].shape[0]
+    seeds: int = ts[0].shape[0]
     point = float(sum(w * t.mean() for w, t in zip(ws, ts, strict=True)))
     rng = np.random.default_rng(rng_seed)
     rows = np.arange(seeds)

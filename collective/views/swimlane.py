@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collective.base.outputs import save_figure
-from collective.records import Episode
+from collective.records import Episode, EpisodeStream, Spawned
 from collective.views.timeline import (
     COMM,
     LIFE,
@@ -56,8 +56,8 @@ class Lanes:
     world: list[tuple[float, str, str]] = field(default_factory=list)  # t, event|post|error, what
 
 
-def lanes(ep: Episode, max_lanes: int = MAX_LANES) -> Lanes:
-    spawned = [e for e in ep.events if type(e).__name__ == "Spawned"]
+def lanes(ep: Episode | EpisodeStream, max_lanes: int = MAX_LANES) -> Lanes:
+    spawned = [e for e in ep.events if type(e) is Spawned]
     shown = set(sorted(e.agent for e in spawned)[:max_lanes])
     hired = sum(e.by >= 0 for e in spawned)
     out = Lanes(sorted(shown), len(spawned), hired, {k: [] for k in COLOURS})
@@ -97,7 +97,7 @@ def lanes(ep: Episode, max_lanes: int = MAX_LANES) -> Lanes:
     return out
 
 
-def title(ep: Episode, data: Lanes) -> str:
+def title(ep: Episode | EpisodeStream, data: Lanes) -> str:
     """The picture's title: the team as configured (``--agents``), the hires beside it, not in
     it, and which lanes are drawn when not all are."""
     c, n = ep.config, len(data.agents)
@@ -114,12 +114,15 @@ def title(ep: Episode, data: Lanes) -> str:
     return text
 
 
-def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> Path:
+def draw_timeline(
+    ep: Episode | EpisodeStream, path: str | Path, max_lanes: int = MAX_LANES
+) -> Path:
     """Draw the episode's swimlanes and score curve into a PNG; returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -221,11 +224,11 @@ def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> 
     # events a little above the lane's middle and posts a little below, so that an event that
     # posts (a fire breaking out, announced) shows both
     marks = {"event": ("D", -1.18), "post": ("^", -0.8), "error": ("X", -1.0)}
-    for kind, (marker, y) in marks.items():
+    for kind, (marker, level) in marks.items():
         at = [t for t, k, _ in data.world if k == kind]
         if at:
             colour = "#b22222" if kind == "error" else WORLD_COLOUR
-            ax.scatter(at, [y] * len(at), marker=marker, s=22, color=colour, lw=0, zorder=4)
+            ax.scatter(at, [level] * len(at), marker=marker, s=22, color=colour, lw=0, zorder=4)
     ax.set_ylim(n - 0.5, -1.5 if data.world else -0.5)
     step = 1 if n <= 32 else 2 if n <= 64 else 4
     roles = len(set(data.roles.values())) > 1  # name them where they differ (a CEO's team)
@@ -243,7 +246,7 @@ def draw_timeline(ep: Episode, path: str | Path, max_lanes: int = MAX_LANES) -> 
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 
-    handles = [Patch(color=COLOURS[k], label=LABELS[k]) for k in COLOURS]
+    handles: list[Artist] = [Patch(color=COLOURS[k], label=LABELS[k]) for k in COLOURS]
     handles.append(Line2D([], [], color="#5b2a86", lw=1, label="message (sent → read)"))
     handles.append(Line2D([], [], color="black", marker="^", lw=0, ms=5, label="post"))
     if data.world:

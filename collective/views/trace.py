@@ -171,7 +171,7 @@ def trace_events(
             label = "batches" if lane == 0 else f"batches (overlapping, {lane + 1})"
             yield from _thread(POLICY, lane + 1, label, lane)
         lanes[lane] = b.answered
-        args = {
+        args: dict[str, Any] = {
             "batch": i,
             "policy": ep.config.policy,
             "org_policy": b.policy,

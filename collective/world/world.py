@@ -145,8 +145,9 @@ class World:
 
     #: Set True when the score can never decrease; the test suite holds the world to it.
     monotone: ClassVar[bool] = False
-    #: Words an agent may find useful in messages (the random policy draws from them).
-    lexicon: ClassVar[tuple[str, ...]] = ()
+    #: Words an agent may find useful in messages (the random policy draws from them): the
+    #: class's, or an instance's own where they depend on its parameters (``worlds.workshop``).
+    lexicon: tuple[str, ...] = ()
 
     _tool_decls: ClassVar[dict[str, _ToolDecl]]
 
@@ -378,7 +379,7 @@ def _declare(cls: type, name: str, fn: Callable, duration: Duration, doc: str | 
     for p in params[2:]:
         hint = hints.get(p.name)
         dom = None
-        if typing.get_origin(hint) is typing.Annotated:
+        if hint is not None and typing.get_origin(hint) is typing.Annotated:
             dom = next((m for m in hint.__metadata__ if isinstance(m, Range | OneOf | Text)), None)
         if dom is None:
             raise TypeError(
@@ -450,8 +451,13 @@ def check_built(world: World) -> None:
                     f"{name}.{tool_name}: duration names attribute {d.duration!r}, which the "
                     "world does not have"
                 )
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            if not (ok and math.isfinite(value) and value >= 0):
+            ok = (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and value >= 0
+            )
+            if not ok:
                 raise ValueError(
                     f"{name}.{tool_name}: duration names {d.duration!r}, which is {value!r}, "
                     "not a number of seconds >= 0"

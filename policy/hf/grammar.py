@@ -4,7 +4,7 @@ SGLang constrains decoding with xgrammar (its default grammar backend). This mod
 same grammar (:func:`policy.constraint.action_ebnf`, which accepts exactly the strings of
 :func:`policy.constraint.action_regex` that the SGLang client may send instead) with xgrammar
 over the model's own tokenizer and vocabulary. The in-process sampler (:mod:`policy.hf.policy`),
-the learner (:mod:`policy.hf.sample`) and an SGLang server therefore forbid the same tokens at every
+the learner (:mod:`policy.hf.model`) and an SGLang server therefore forbid the same tokens at every
 step, and the behaviour logprobs a sampler reports are the ones the learner recomputes.
 
 A mask is xgrammar's packed bitmask: int32 words, token ``i`` allowed when bit ``i % 32`` of

@@ -46,8 +46,8 @@ from collective.base.actions import ActionSpace
 from collective.base.seeding import Stream
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.hf.grammar import GrammarError, masked_logits
+from policy.hf.model import MIN_SHARED, HFModel, cache_pairs, common_prefix, new_cache
 from policy.hf.prompt import prompt_ids
-from policy.hf.sample import MIN_SHARED, HFModel, cache_pairs, common_prefix, new_cache
 
 MAX_PREFIXES = 64  # shared prompt heads kept per model (one per action space, in practice)
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -206,7 +206,7 @@ class HFPolicy:
 def load_hf_policy(directory: str, *, device: str = "auto", dtype: str | None = None) -> HFPolicy:
     """``--policy hf:DIR``: the directory's model on the GPU if there is one (bfloat16 where the
     GPU can do it), else on the CPU in float32."""
-    from policy.hf.sample import placement
+    from policy.hf.model import placement
 
     where, _ = placement(device, "float32")
     if dtype is None:

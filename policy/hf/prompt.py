@@ -1,6 +1,6 @@
 """How an agent's request becomes the token ids a Hugging Face causal LM reads.
 
-The SGLang client samples from these ids and the learner (:mod:`policy.hf.sample`) recomputes
+The SGLang client samples from these ids and the learner (:mod:`policy.hf.model`) recomputes
 log-probabilities from them. The two must agree token for token, or the importance ratio of every
 token is wrong, so both call :func:`prompt_ids` and nothing else builds a prompt.
 

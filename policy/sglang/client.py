@@ -43,9 +43,7 @@ it (paths are in sgl-project/sglang):
 - ``GET /health`` answers 503 while the server starts and 200 once it serves; ``--api-key``
   servers want ``Authorization: Bearer KEY`` on everything but /health
   (python/sglang/srt/utils, add_api_key_middleware).
-- The server starts with ``sglang serve --model-path M --host H --port P ARGS`` (the console
-  script of sglang's python/pyproject.toml; ``python -m sglang.launch_server`` is the older entry
-  point, used when no ``sglang`` script is on the PATH).
+- A server this program starts itself (``sglang:launch:``) is :mod:`policy.sglang.server`.
 
 **The fleet.** Each batch is split by request into contiguous, near-equal shares, one per live
 server, sent at once. A request is seeded and batch-independent, so which server answers it cannot
@@ -74,49 +72,22 @@ silent through all its attempts is lost, and its share moved, before the deadlin
 (the learner's, in another process) does, and the follower samples only from the version it is
 told to follow, waiting for the fleet to reach it (a Ray rollout worker: ``collective.rl.cluster``).
 
-**The spec** (``--policy``, or ``hf_server`` in a train config), split into words like a shell
-line (quote a path with spaces)::
-
-    sglang:URL[,URL...] [OPTION=VALUE ...]
-    sglang:launch:MODEL_DIR [OPTION=VALUE ...] [-- SGLANG_ARG ...]
-
-Client options, for both: ``seeds=on|off`` (default on), ``api-key-env=VAR`` (the API key is
-read from that environment variable, never written into the spec, which episodes record),
-``wait=SECONDS`` (how long a server may answer 503 while it loads; default 900),
-``timeout=SECONDS`` (one attempt at one call; default 120), ``deadline=SECONDS`` (one batch in
-all; default 600), ``constraint=regex|ebnf`` and ``tokenizer=DIR`` (a local copy of the model's
-tokenizer, for servers on other machines; by default the directory the server reports is read).
-With ``launch``, every other ``NAME=VALUE`` becomes the server flag ``--NAME VALUE`` (``dp`` and
-``tp`` stand for ``--dp-size`` and ``--tp-size``), words after ``--`` are passed to the server as
-they are, and the server is always started with ``--enable-deterministic-inference`` while seeds
-are on (and ``--api-key`` when a key is given).
-For example ``sglang:launch:models/qwen dp=2 mem-fraction-static=0.8 -- --attention-backend
-triton`` or ``sglang:http://gpu1:30000,http://gpu2:30000 api-key-env=SGLANG_API_KEY``.
+**The spec** (``sglang:URL[,URL...]`` or ``sglang:launch:MODEL_DIR``, with options) is read by
+:mod:`policy.sglang.spec`; :func:`policy_from_spec` builds the policy it names.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import math
 import os
 import re
-import shlex
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import httpx
-import msgspec
 import structlog
 import trio
 
@@ -124,15 +95,15 @@ from collective.base.actions import ActionSpace
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.constraint import action_ebnf, action_regex
 from policy.hf.prompt import load_tokenizer, prompt_ids
+from policy.sglang.server import HEALTH_POLL, SGLangServer
+from policy.sglang.spec import Constraint, parse_spec
 
 log = structlog.get_logger("policy.sglang.client")
 
-Constraint = Literal["regex", "ebnf"]
 MIN_SGLANG = (0, 5, 3)  # the first release with sampling_seed
 _SEED_MASK = (1 << 63) - 1  # SGLang keeps seeds in int64 tensors
 _MIN_TEMPERATURE = 1e-5  # SGLang treats lower temperatures as greedy decoding
 _LOGPROB_SLACK = 1e-3  # a logprob above this is not rounding, it is a broken answer
-_POLL = 0.25  # seconds between /health polls while a server starts
 # The most one light GET (/health, /server_info, /model_info) may take: SGLang's /health answers
 # within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default) plus its 1 s poll, the others at once.
 _QUICK_TIMEOUT = 30.0
@@ -499,7 +470,8 @@ class SGLangPolicy:
             async def resume_all() -> dict[str, Exception]:
                 with trio.CancelScope(shield=True):  # never leave a server paused
                     paused_now = [u for u in paused if u not in self.lost_servers]
-                    return (await self._on_all(paused_now, resume))[1]
+                    not_resumed = (await self._on_all(paused_now, resume))[1]
+                return not_resumed
 
             paused, failed = await self._on_all(self.live_servers, pause)
             try:
@@ -699,7 +671,7 @@ class SGLangPolicy:
                     f"SGLang server {url} was not ready after {self.wait:g}s (last: {why}); a "
                     "large model takes minutes to load: give the spec a longer wait=SECONDS"
                 )
-            await trio.sleep(_POLL)
+            await trio.sleep(HEALTH_POLL)
 
     async def _model_info(self, client: httpx.AsyncClient, url: str, what: str) -> dict[str, Any]:
         info, _ = await self._first_of(client, url, ("/model_info", "/get_model_info"), what)
@@ -726,7 +698,7 @@ class SGLangPolicy:
                         f"{self.wait:g}s; this client follows version {self._label!r} (did the "
                         "learner's update fail?)"
                     )
-                await trio.sleep(_POLL)
+                await trio.sleep(HEALTH_POLL)
         self._label_seen = True
 
     def _refuse_later(self, url: str, label: Any) -> None:
@@ -885,12 +857,13 @@ class SGLangPolicy:
         if not isinstance(meta, dict):
             raise bad(f"no meta_info in {str(item)[:200]}")
         finish = meta.get("finish_reason")
-        kind = finish.get("type") if isinstance(finish, dict) else None
+        reason: dict[str, Any] = finish if isinstance(finish, dict) else {}
+        kind = reason.get("type")
         if kind == "abort":
-            status = finish.get("status_code")
+            status = reason.get("status_code")
             if isinstance(status, int) and 400 <= status < 500 and status != 429:
-                raise bad(f"the server refused it: {finish.get('message')!r}")
-            raise _Aborted(str(finish.get("message", "aborted")))
+                raise bad(f"the server refused it: {reason.get('message')!r}")
+            raise _Aborted(str(reason.get("message", "aborted")))
         if kind not in ("stop", "length"):
             raise bad(f"finish_reason {finish!r}")
         self._check_label(url, meta.get("weight_version"), bad)
@@ -953,130 +926,7 @@ class SGLangPolicy:
             )
 
 
-# -- the spec -----------------------------------------------------------------------------------
-
-_CLIENT_OPTIONS = (
-    "seeds",
-    "api-key-env",
-    "wait",
-    "timeout",
-    "deadline",
-    "constraint",
-    "tokenizer",
-)
-_SECONDS_OPTIONS = ("wait", "timeout", "deadline")  # a finite number of seconds > 0 each
-_FLAG_ALIASES = {"dp": "--dp-size", "tp": "--tp-size"}
-_OWNED_FLAGS = ("--model-path", "--host", "--port", "--api-key")  # set by the launcher itself
-
-
-class SGLangSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A parsed ``sglang:...`` spec (see the module docstring)."""
-
-    urls: tuple[str, ...] = ()
-    model: str = ""  # launch: the model directory
-    server_args: tuple[str, ...] = ()  # launch: after --model-path/--host/--port
-    seeds: bool = True
-    api_key_env: str = ""
-    wait: float = 900.0
-    timeout: float = 120.0  # one attempt at one call
-    deadline: float = 600.0  # one batch in all
-    constraint: Constraint = "regex"
-    tokenizer: str = ""  # a local tokenizer directory (default: the one the server names)
-
-    def launch_args(self, api_key: str | None) -> list[str]:
-        """The flags a launched server gets after --model-path, --host and --port."""
-        args = list(self.server_args)
-        if self.seeds:
-            args.append("--enable-deterministic-inference")
-        if api_key:
-            args += ["--api-key", api_key]
-        return args
-
-
-def parse_spec(arg: str) -> SGLangSpec:
-    """``arg`` is what follows ``sglang:``; a :class:`ValueError` names what is wrong."""
-
-    def bad(why: str) -> ValueError:
-        return ValueError(f"policy sglang:{arg}: {why}")
-
-    try:
-        words = shlex.split(arg)
-    except ValueError as e:
-        raise bad(f"cannot split it into words ({e})") from None
-    if not words:
-        raise bad("expected sglang:URL[,URL...] or sglang:launch:MODEL_DIR")
-    head, rest, raw = words[0], words[1:], []
-    if "--" in rest:
-        cut = rest.index("--")
-        rest, raw = rest[:cut], rest[cut + 1 :]
-    options: dict[str, str] = {}
-    for word in rest:
-        key, eq, value = word.partition("=")
-        if not (key and eq and value):
-            raise bad(f"{word!r} is not OPTION=VALUE (server flags without a value go after --)")
-        if key in options:
-            raise bad(f"option {key!r} is given twice")
-        options[key] = value
-    fields: dict[str, Any] = {}
-    if head.startswith("launch:"):
-        fields["model"] = head.removeprefix("launch:")
-        if not fields["model"]:
-            raise bad("sglang:launch:MODEL_DIR needs a model directory")
-    elif head == "launch":
-        raise bad("sglang:launch:MODEL_DIR needs a model directory")
-    else:
-        urls = head.split(",")
-        for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise bad(f"{url!r} is not an http:// or https:// URL (or launch:MODEL_DIR)")
-            try:
-                httpx.URL(url)
-            except httpx.InvalidURL as e:
-                raise bad(f"{url!r} is not a valid URL ({e})") from None
-        if len(set(urls)) != len(urls):
-            raise bad("a server URL is given twice")
-        fields["urls"] = tuple(urls)
-        if raw:
-            raise bad("arguments after -- are for a server this program launches (launch:DIR)")
-    seeds = options.pop("seeds", "on")
-    if seeds not in ("on", "off"):
-        raise bad(f"seeds must be on or off, not {seeds!r}")
-    fields["seeds"] = seeds == "on"
-    for key in _SECONDS_OPTIONS:
-        if key not in options:
-            continue
-        text = options.pop(key)
-        try:
-            fields[key] = float(text)
-        except ValueError:
-            raise bad(f"{key} must be a number of seconds, not {text!r}") from None
-        if not (math.isfinite(fields[key]) and fields[key] > 0):
-            raise bad(f"{key} must be a number of seconds > 0, not {text!r}")
-    if "api-key-env" in options:
-        fields["api_key_env"] = options.pop("api-key-env")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", fields["api_key_env"]):
-            raise bad(f"api-key-env={fields['api_key_env']!r} is not an environment variable name")
-    if "constraint" in options:
-        fields["constraint"] = options.pop("constraint")
-        if fields["constraint"] not in ("regex", "ebnf"):
-            raise bad(f"constraint must be regex or ebnf, not {fields['constraint']!r}")
-    if "tokenizer" in options:
-        fields["tokenizer"] = options.pop("tokenizer")
-    if options and not fields.get("model"):
-        raise bad(
-            f"unknown option(s) {', '.join(options)}; a URL spec takes {', '.join(_CLIENT_OPTIONS)}"
-        )
-    args: list[str] = []
-    for key, value in options.items():
-        if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
-            raise bad(f"{key!r} is not a server flag name (like mem-fraction-static)")
-        args += [_FLAG_ALIASES.get(key, f"--{key}"), value]
-    for flag in [*args[::2], *raw]:
-        if flag.split("=")[0] in _OWNED_FLAGS:
-            name = flag.split("=")[0]
-            raise bad(f"{name} is set by the launcher (use api-key-env=VAR for a key)")
-    fields["server_args"] = (*args, *raw)
-    return SGLangSpec(**fields)
+# -- the policy a spec names ---------------------------------------------------------------------
 
 
 def policy_from_spec(arg: str, *, command: Sequence[str] | None = None) -> SGLangPolicy:
@@ -1113,122 +963,3 @@ def policy_from_spec(arg: str, *, command: Sequence[str] | None = None) -> SGLan
     )
     tokenizer = spec.tokenizer or spec.model
     return SGLangPolicy([server.url], tokenizer=tokenizer, servers=[server], **common)
-
-
-# -- a server of our own ------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def sglang_command() -> list[str]:
-    """How to start SGLang here: ``sglang serve`` if its script is installed, else the module."""
-    exe = shutil.which("sglang") or shutil.which("sglang", path=str(Path(sys.executable).parent))
-    if exe:
-        return [exe, "serve"]
-    if importlib.util.find_spec("sglang") is None:
-        raise PolicyError(
-            "cannot launch SGLang: it is not installed (pip install 'collective[sglang]', on a "
-            "machine with a CUDA GPU), and there is no `sglang` command on the PATH"
-        )
-    return [sys.executable, "-m", "sglang.launch_server"]
-
-
-def _stop_group(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
-    """Stop the process group we started (SGLang runs its scheduler and detokenizer as children)."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-class SGLangServer:
-    """An SGLang server process this program started on a free loopback port.
-
-    :meth:`launch` returns once ``/health`` answers 200 (503 means it is still loading);
-    :meth:`stop` ends the server's whole process group. Its output goes to :attr:`log`, a
-    temporary file kept only when it failed. The process is also stopped when this object is
-    collected or the interpreter exits, so a crashed run leaves no server holding a GPU.
-    """
-
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-        self.proc = proc
-        self.url = url
-        self.log = log
-        self._finalizer = weakref.finalize(self, _stop_group, proc, 5.0)
-
-    @classmethod
-    def launch(
-        cls,
-        model: str | Path,
-        *,
-        args: Sequence[str] = (),
-        command: Sequence[str] | None = None,
-        timeout: float = 900.0,
-        host: str = "127.0.0.1",
-    ) -> SGLangServer:
-        """Start ``sglang serve --model-path MODEL --host HOST --port PORT ARGS`` and wait until it
-        is healthy (at most ``timeout`` seconds: loading a large model takes minutes).
-        ``command`` replaces ``sglang serve`` (tests start a stand-in this way)."""
-        port = free_port(host)
-        argv = [*(command or sglang_command()), "--model-path", str(model)]
-        argv += ["--host", host, "--port", str(port), *args]
-        fd, log_name = tempfile.mkstemp(prefix="sglang-", suffix=".log")
-        with os.fdopen(fd, "wb") as out:
-            proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        server = cls(proc, f"http://{host}:{port}", Path(log_name))
-        try:
-            server.wait_healthy(timeout)
-        except BaseException:
-            server.stop(keep_log=True)  # the error names the log
-            raise
-        return server
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        last = "no answer yet"
-        with httpx.Client(timeout=5.0) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise PolicyError(
-                        f"SGLang server {self.url} exited with code {code} before it was "
-                        f"healthy; the end of its log ({self.log}):\n{self.log_tail()}"
-                    )
-                try:
-                    status = client.get(self.url + "/health").status_code
-                except httpx.TransportError as e:
-                    last = type(e).__name__
-                else:
-                    if status == 200:
-                        return
-                    last = f"HTTP {status}" + (", still starting" if status == 503 else "")
-                if time.monotonic() > deadline:
-                    raise PolicyError(
-                        f"SGLang server {self.url} was not healthy after {timeout:g}s (last: "
-                        f"{last}); the end of its log ({self.log}):\n{self.log_tail()}"
-                    )
-                time.sleep(_POLL)
-
-    def stop(self, *, keep_log: bool = False) -> None:
-        _stop_group(self.proc)
-        self._finalizer.detach()
-        if not keep_log:
-            self.log.unlink(missing_ok=True)

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import torch
@@ -112,15 +113,15 @@ class TinyModel:
         return [order[i : i + size] for i in range(0, n, size)]
 
     @classmethod
-    def fresh(cls, config: TinyConfig | None = None, **kw: object) -> TinyModel:
+    def fresh(cls, config: TinyConfig | None = None, **kw: Any) -> TinyModel:
         config = config or TinyConfig()
         return cls(TinyTransformer(config), source=f"fresh weights, seed {config.seed}", **kw)
 
     @classmethod
-    def load(cls, path: str | Path, **kw: object) -> TinyModel:
+    def load(cls, path: str | Path, **kw: Any) -> TinyModel:
         """A checkpoint's weights (checked: see ``policy.tiny.weights``) as a policy."""
         net, version = load_weights(path)
-        return cls(net, version=version, source=f"{path}, v{version}", **kw)  # type: ignore[arg-type]
+        return cls(net, version=version, source=f"{path}, v{version}", **kw)
 
     @property
     def config(self) -> TinyConfig:
@@ -255,8 +256,8 @@ class TinyModel:
                     )
             chunks = self._chunks(order)
             for idx, got in zip(chunks, pool.map(run, chunks), strict=True):
-                for i, s in zip(idx, got, strict=True):
-                    answers[i] = s
+                for i, sampled in zip(idx, got, strict=True):
+                    answers[i] = sampled
         out = []
         for s, p in zip(answers, fitted, strict=True):
             assert s is not None

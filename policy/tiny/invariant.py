@@ -147,7 +147,11 @@ class FixedLinear:
         """The layer's output for input ``m * s``: ``m`` float64 integers of at most ``bits``
         bits (..., in), ``s`` powers of two (..., 1), or None for the layer norm's own."""
         y = torch.mm(m.view(-1, self.k), self.weight).view(*m.shape[:-1], -1)
-        scale = self.scale if s is None else s.mul_(self.scale)
+        if s is None:  # only a layer with a norm passes None, and its scale is per output
+            assert isinstance(self.scale, torch.Tensor)
+            scale = self.scale
+        else:
+            scale = s.mul_(self.scale)
         # bias + y * scale: the product is by powers of two (exact): one rounding.
         if self.bias is None:
             return torch.mul(y, scale, out=out)
@@ -190,7 +194,7 @@ class SamplingNet:
         cfg = self.cfg = net.cfg
         self.net = net
         self.tok, self.pos = net.tok.weight.detach().double(), net.pos.weight.detach().double()
-        self.blocks = [FixedBlock(blk, cfg.n_heads) for blk in net.blocks]
+        self.blocks = [FixedBlock(blk, cfg.n_heads) for blk in net.layers]
         self.head = FixedLinear(net.tok.weight, None, norm=net.ln_f)
         self.max_columns = _round_up(cfg.context, WHOLE_VECTORS)
         # Queries, keys, values and attention weights share one width: it suits both products.
@@ -229,11 +233,11 @@ class SamplingNet:
         n = ids.shape[0]
         heads, dh = self.cfg.n_heads, self.cfg.head_dim
         x = self.net.tok(ids) + self.net.pos(torch.arange(n))
-        for i, blk in enumerate(self.net.blocks):
+        for i, blk in enumerate(self.net.layers):
             q, k, v = blk.qkv_split(x)
             raw[i, 0, :n], raw[i, 1, :n] = k, v
             keys, values = k[None, None], v[None, None]
-            if i == len(self.net.blocks) - 1:
+            if i == len(self.net.layers) - 1:
                 a = F.scaled_dot_product_attention(
                     q[-1].view(1, heads, 1, dh), keys, values, enable_gqa=True
                 )

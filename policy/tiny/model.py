@@ -22,6 +22,8 @@ about 1e-6.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import msgspec
 import torch
@@ -89,6 +91,11 @@ class TinyTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.reset(cfg.seed)
 
+    @property
+    def layers(self) -> Sequence[Block]:
+        """``blocks`` as what they are: to a type checker an ``nn.ModuleList`` holds ``Module``."""
+        return cast("Sequence[Block]", self.blocks)
+
     def reset(self, seed: int) -> None:
         """Fresh weights from ``seed`` alone, with a private generator (never torch's global
         one), so two processes given the same seed build the same network."""
@@ -124,7 +131,7 @@ class TinyTransformer(nn.Module):
         b, n = ids.shape
         heads, dh = self.cfg.n_heads, self.cfg.head_dim
         x = self.tok(ids) + self.pos(pos)
-        for i, blk in enumerate(self.blocks):
+        for i, blk in enumerate(self.layers):
             q, k, v = blk.qkv_split(x)
             a = F.scaled_dot_product_attention(
                 q.view(b, n, heads, dh).transpose(1, 2),
@@ -134,7 +141,7 @@ class TinyTransformer(nn.Module):
                 enable_gqa=True,
             )
             a = a.transpose(1, 2).reshape(b, n, -1)
-            if select is not None and i == len(self.blocks) - 1:
+            if select is not None and i == len(self.layers) - 1:
                 return self.ln_f(blk.finish(x[select], a[select]))
             x = blk.finish(x, a)
         return self.ln_f(x)

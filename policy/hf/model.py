@@ -137,7 +137,8 @@ def load_parts(directory: str | Path, device: torch.device, dtype: torch.dtype) 
             "as a chat turn); add one to tokenizer_config.json or chat_template.jinja"
         )
     model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, dtype=dtype)
-    return model.to(device).eval(), tokenizer
+    # transformers wraps ``to`` in functools.wraps, whose type takes ``self`` as the first argument
+    return model.to(device).eval(), tokenizer  # type: ignore[arg-type]
 
 
 def _cache_arg(module: Any) -> str:
@@ -260,7 +261,10 @@ class HFModel:
             from peft import LoraConfig, get_peft_model
 
             lora = LoraConfig(
-                r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear"
+                r=lora_rank,
+                lora_alpha=lora_alpha,  # type: ignore[arg-type]  # peft says int; it takes a float
+                lora_dropout=0.0,
+                target_modules="all-linear",
             )
             with warnings.catch_warnings():
                 # peft reads transformers' deprecated ``is_gradient_checkpointing`` itself (peft
@@ -430,7 +434,8 @@ class HFModel:
         # Right padding: real tokens keep their positions and never attend to the padding.
         ids = torch.full((len(seqs), width), pad, dtype=torch.long)
         attention = torch.zeros((len(seqs), shared + width), dtype=torch.long)
-        rows_at, cols_at = [], []
+        rows_at: list[int] = []
+        cols_at: list[int] = []
         for i, (s, p, n) in enumerate(zip(seqs, prompts, lengths, strict=True)):
             ids[i, : len(s)] = torch.tensor(s)
             attention[i, : shared + len(s)] = 1
