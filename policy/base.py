@@ -52,7 +52,13 @@ class Policy(Protocol):
     answer must not depend on which other requests share its batch."""
 
     name: str  # recorded in the episode, e.g. "random" or "tiny:runs/a/ckpt-40.pt"
-    version: int
+
+    @property
+    def version(self) -> int:
+        """The weights' version it samples with now (-1 before any: ``VersionedPolicy``). Read
+        only: a plain attribute or a property satisfies it; what the learner learns from is each
+        response's own ``version``."""
+        ...
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]: ...
 
