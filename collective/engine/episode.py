@@ -263,8 +263,9 @@ class LiveEpisode:
     # While an instant is applied (``holding``), a resumed or let-go task is kept in ``held`` and
     # rescheduled only by ``_release`` once the instant is whole: it is no longer ``parked`` but
     # still blocked in trio, so a cancellation meanwhile fails to withdraw it and lands at its
-    # next park. Quiescence counts tasks that may run: ``park`` counts one down, and a task
-    # rescheduled counts up (``_wake_task``, ``_release``, ``withdraw``, ``spawn``).
+    # next park. Quiescence counts tasks that may run: ``park`` and a program's end count one
+    # down; a task started or rescheduled counts up (``spawn``, ``_wake_task``, ``_release``,
+    # ``withdraw``).
     #
     #   state       parked request         then_act  waiting  where it is referenced
     #   running     False  None            False     False    trio's run queue, or held
@@ -284,9 +285,9 @@ class LiveEpisode:
     #   waiting  -> running    _wake (a message, a post, news at once, or the Timer): _resume
     #   any parked -> ended    _let_go (fire, end) or withdraw: parked, request, waiting cleared
     #
-    # Agenda entries left for an actor that a fire, the end or a withdrawal let go are skipped:
-    # each is checked against ``alive`` (a Timer also against ``waiting`` and ``wait_token``,
-    # which every end of a wait bumps) before anything resumes it.
+    # Agenda entries left for an actor that a fire or a withdrawal let go are skipped: each is
+    # checked against ``alive`` (a Timer also against ``waiting`` and ``wait_token``, which
+    # ``_stop_waiting`` bumps) before anything resumes it; after the end nothing is applied.
 
     def park(self, actor: Actor, request: Request) -> Coroutine[Any, Any, Any]:
         """Park ``actor`` with its request: the coroutine returned is the wait, and the actor
