@@ -55,7 +55,9 @@ class Policy(Protocol):
 
     @property
     def version(self) -> int:
-        """The weights' version the answers come from (read only: a policy says which it holds)."""
+        """The weights' version it samples with now (-1 before any: ``VersionedPolicy``). Read
+        only: a plain attribute or a property satisfies it; what the learner learns from is each
+        response's own ``version``."""
         ...
 
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]: ...

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from enum import IntEnum
+from typing import Any, Final, Literal, Protocol
 
 import trio
 
@@ -25,9 +26,30 @@ from collective.records import EpisodeConfig, Turn
 from collective.world import World
 from policy.base import PolicyRequest, PolicyResponse
 
-# What a parked actor asks for: a policy answer, an action, or (the default program's turn) a
-# policy answer acted on as given, which the conductor carries through without waking it.
-THINK, ACT, THINK_ACT = 0, 1, 2
+
+class RequestKind(IntEnum):
+    """What a parked actor asks for: a policy answer, an action, or (the default program's
+    turn) a policy answer acted on as given, which the conductor carries through without waking
+    it."""
+
+    THINK = 0
+    ACT = 1
+    THINK_ACT = 2
+
+
+# The members as module constants (``Final``: a checker reads them as the literal members), for
+# the hot path: compared by identity, ``request[0] is ACT``.
+THINK: Final = RequestKind.THINK
+ACT: Final = RequestKind.ACT
+THINK_ACT: Final = RequestKind.THINK_ACT
+
+# A parked actor's request, its kind and payload: the policy request to answer (THINK,
+# THINK_ACT) or the action's text (ACT). A tuple, made once per park; a checker narrows the
+# payload by the kind (``if request[0] is ACT``).
+Request = (
+    tuple[Literal[RequestKind.THINK, RequestKind.THINK_ACT], PolicyRequest]
+    | tuple[Literal[RequestKind.ACT], str]
+)
 
 
 class Stage(Protocol):
@@ -37,12 +59,12 @@ class Stage(Protocol):
     now: float
     org: Organisation
     worlds: list[World]
-    comms: Comms
+    comms: Comms[Actor]
     quiet: Quiescence
 
     def space_for(self, role: str, group: int) -> ActionSpace: ...
 
-    def park(self, actor: Actor, kind: int, payload: object) -> Coroutine[Any, Any, Any]: ...
+    def park(self, actor: Actor, request: Request) -> Coroutine[Any, Any, Any]: ...
 
     def observe_failed(self, actor: Actor, error: Exception) -> BaseException: ...
 
@@ -70,7 +92,15 @@ class WorldStopped(BaseException):
 
 
 class Actor:
-    """One agent. Slots keep an idle agent to a few hundred bytes beside its trio task."""
+    """One agent. Slots keep an idle agent to a few hundred bytes beside its trio task.
+
+    Who writes what: the park state (``request``, ``parked``, ``then_act``, ``waiting``,
+    ``wait_token``, ``task``, ``acts``, ``turn_record``) only ``LiveEpisode``, whose parking section
+    (``collective/engine/episode.py``) holds the contract and its state table; ``alive`` only
+    ``Cast`` (who is in the episode); the mailbox, the cursors and what a prompt read
+    (``inbox``, ``cursors``, ``read_ids``, ``missed``) ``Comms``, the last two reset by
+    ``LiveEpisode`` once logged with the request; ``turn`` and ``space`` this class, at each
+    request. Everyone else only reads."""
 
     __slots__ = (
         "acts",
@@ -96,6 +126,10 @@ class Actor:
         "waiting",
     )
 
+    # Its trio task: a slot left unset until ``LiveEpisode._actor_main`` runs its program (read
+    # only once it has parked, which it can only do after).
+    task: trio.lowlevel.Task
+
     def __init__(self, ep: Stage, agent_id: int, role: str, group: int, local: int) -> None:
         self.ep = ep
         self.id = agent_id
@@ -108,8 +142,7 @@ class Actor:
         self.acts = 0
         self.inbox: deque[Message] | None = None  # created on first delivery
         self.cursors: dict[str, int] = {}  # channel -> next post sequence to show
-        self.task = None
-        self.request: tuple[int, object] | None = None
+        self.request: Request | None = None
         self.read_ids: tuple[int, ...] = ()
         self.missed = 0  # channel posts rolled past before this agent could see them
         self.turn_record: Turn | None = None
@@ -127,7 +160,7 @@ class Actor:
 
     def think(self, prompt: str) -> Coroutine[Any, Any, PolicyResponse]:
         """Ask the shared policy for the next action; answered at the next quiescence batch."""
-        return self.ep.park(self, THINK, self._request(prompt))
+        return self.ep.park(self, (THINK, self._request(prompt)))
 
     def think_and_act(self, prompt: str) -> Coroutine[Any, Any, str]:
         """``act((await think(prompt)).text)`` in one park: returns the action's result.
@@ -135,7 +168,7 @@ class Actor:
         The same requests, in the same instants and the same order, as the two calls; but the
         answer is handed straight to the action without resuming this task in between, so a
         turn costs trio one wake-and-park instead of two (the default program's whole turn)."""
-        return self.ep.park(self, THINK_ACT, self._request(prompt))
+        return self.ep.park(self, (THINK_ACT, self._request(prompt)))
 
     def _request(self, prompt: str) -> PolicyRequest:
         ep = self.ep
@@ -157,7 +190,7 @@ class Actor:
 
     def act(self, text: str) -> Coroutine[Any, Any, str]:
         """Take one action (validated by the conductor); returns its result when it lands."""
-        return self.ep.park(self, ACT, text)
+        return self.ep.park(self, (ACT, text))
 
     def abort(self, _: object) -> trio.lowlevel.Abort:
         """Cancelled while parked (the run around the episode was stopped; the episode's own

@@ -16,7 +16,7 @@ import heapq
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from collective.engine.organisation import Organisation
 from collective.records import Delivered, Dropped, EpisodeConfig, Event, Posted, Sent, Stats
@@ -134,8 +134,12 @@ class Member(Protocol):
     read_ids: tuple[int, ...]
 
 
+# The episode's kind of member (``Actor``): what ``Outcome.wake`` hands back to it.
+M = TypeVar("M", bound=Member)
+
+
 @dataclass(slots=True)
-class Outcome:
+class Outcome(Generic[M]):
     """What a primitive did, for the episode to apply in this order: log ``events``; let the
     sender's world hear ``heard`` (recipient's local id or None for a post, and the text); wake
     each of ``wake`` that is still waiting then (the world may have woken it while hearing)."""
@@ -144,10 +148,10 @@ class Outcome:
     result: str
     events: list[Event] = field(default_factory=list)
     heard: tuple[int | None, str] | None = None
-    wake: list[tuple[Member, str]] = field(default_factory=list)
+    wake: list[tuple[M, str]] = field(default_factory=list)
 
 
-class Comms:
+class Comms(Generic[M]):
     """The communication primitives of one episode: ``msg``, ``post``, ``read``, ``put`` and
     ``search``, with the mailboxes, channels and archive they use.
 
@@ -156,7 +160,7 @@ class Comms:
     """
 
     def __init__(
-        self, cfg: EpisodeConfig, org: Organisation, actors: dict[int, Member], stats: Stats
+        self, cfg: EpisodeConfig, org: Organisation, actors: dict[int, M], stats: Stats
     ) -> None:
         self.cfg = cfg
         self.org = org
@@ -174,7 +178,7 @@ class Comms:
 
     # -- the primitives ---------------------------------------------------------------------------
 
-    def send(self, now: float, sender: Member, to: int, text: str) -> Outcome:
+    def send(self, now: float, sender: Member, to: int, text: str) -> Outcome[M]:
         """``msg``: into the recipient's mailbox if the organisation allows it and the mailbox
         has room (or, evicting the oldest, makes room)."""
         msg_id = self.next_msg
@@ -209,7 +213,7 @@ class Comms:
             True, f"delivered to {to}", events, heard, [(recipient, f"message from {sender.id}")]
         )
 
-    def post(self, now: float, sender: int, name: str, text: str) -> Outcome:
+    def post(self, now: float, sender: int, name: str, text: str) -> Outcome[M]:
         """``post`` (and ``World.post``, sender -1): stored once in the channel; its waiting
         subscribers are woken in id order, the sender never."""
         channel = self.channel(name)
@@ -224,17 +228,17 @@ class Comms:
         heard = (None, text) if sender >= 0 else None  # the world does not hear itself
         return Outcome(True, f"posted on #{channel.name}", events, heard, wake)
 
-    def read(self, name: str) -> Outcome:
+    def read(self, name: str) -> Outcome[M]:
         channel = self.channel(name)
         posts = list(channel.posts)[-5:]
         if not posts:
             return Outcome(True, f"#{channel.name} is empty")
         return Outcome(True, " | ".join(f"[{sender_name(p.sender)}] {p.text}" for p in posts))
 
-    def put(self, author: int, text: str) -> Outcome:
+    def put(self, author: int, text: str) -> Outcome[M]:
         return Outcome(True, f"saved as note {self.archive.put(author, text)}")
 
-    def search(self, query: str) -> Outcome:
+    def search(self, query: str) -> Outcome[M]:
         hits = self.archive.search(query)
         if not hits:
             return Outcome(True, "no notes match")

@@ -41,6 +41,7 @@ from collective.engine.actor import (
     Dismissed,
     EpisodeOver,
     Program,
+    Request,
     WorldStopped,
     prompt_digest,
 )
@@ -248,8 +249,47 @@ class LiveEpisode:
             self.quiet.parked()
 
     # -- parking: the only way an actor waits ----------------------------------------------------
+    #
+    # The park/resume contract, written once (every write of the park state on Actor is in this
+    # class; Actor.__init__ sets the first row). An actor's program waits only in ``park``: its
+    # task blocks in trio's ``wait_task_rescheduled`` until the conductor reschedules it, and
+    # EXACTLY ONE of three ends follows each park, each clearing ``parked`` (so a second is
+    # refused: ``_resume`` asserts, ``withdraw`` fails, ``_let_go`` is called only if parked):
+    #
+    #   _resume(value)   the request's result (an answer, an action's result, a wake-up);
+    #   _let_go(signal)  the program ends from its park: Dismissed (fired) or EpisodeOver (_end);
+    #   withdraw         trio cancelled the park (the run was stopped); the actor leaves the cast.
+    #
+    # While an instant is applied (``holding``), a resumed or let-go task is kept in ``held`` and
+    # rescheduled only by ``_release`` once the instant is whole: it is no longer ``parked`` but
+    # still blocked in trio, so a cancellation meanwhile fails to withdraw it and lands at its
+    # next park. Quiescence counts tasks that may run: ``park`` and a program's end count one
+    # down; a task started or rescheduled counts up (``spawn``, ``_wake_task``, ``_release``,
+    # ``withdraw``).
+    #
+    #   state       parked request         then_act  waiting  where it is referenced
+    #   running     False  None            False     False    trio's run queue, or held
+    #   asked       True   (kind, payload) -         False    pending, until start_requests
+    #   thinking    True   None            kind is   False    the conductor's batch, then an
+    #                                      THINK_ACT          Answer on the agenda
+    #   acting      True   None            False     False    a Land, or a Resume (rejected,
+    #                                                         or a hybrid tool's real time)
+    #   waiting     True   None            False     True     channel subscriptions, a Timer
+    #
+    #   running  -> asked      park (the actor's own task); Dismissed at once if no longer alive
+    #   asked    -> thinking   start_requests, in id order: THINK or THINK_ACT, into the batch
+    #   asked    -> acting     start_requests: ACT, ``_begin`` (or -> waiting: ``wait``)
+    #   thinking -> asked      _respond of a THINK_ACT: the answer becomes its ACT, unwoken
+    #   thinking -> running    _respond of a THINK: _resume(answer)
+    #   acting   -> running    _commit (or its Resume entry): _resume(result)
+    #   waiting  -> running    _wake (a message, a post, news at once, or the Timer): _resume
+    #   any parked -> ended    _let_go (fire, end) or withdraw: parked, request, waiting cleared
+    #
+    # Agenda entries left for an actor that a fire or a withdrawal let go are skipped: each is
+    # checked against ``alive`` (a Timer also against ``waiting`` and ``wait_token``, which
+    # ``_stop_waiting`` bumps) before anything resumes it; after the end nothing is applied.
 
-    def park(self, actor: Actor, kind: int, payload: object) -> Coroutine[Any, Any, Any]:
+    def park(self, actor: Actor, request: Request) -> Coroutine[Any, Any, Any]:
         """Park ``actor`` with its request: the coroutine returned is the wait, and the actor
         awaits it at once (``Actor.think``, ``Actor.act``, ``Actor.think_and_act``). A plain
         function returning trio's wait rather than a coroutine of its own: one frame fewer per
@@ -257,16 +297,16 @@ class LiveEpisode:
         if not actor.alive:
             raise Dismissed()  # fired at the instant it was resumed, before it could run
         if self.ended:
-            return self._park_late(actor, kind, payload)
-        actor.request = (kind, payload)
+            return self._park_late(actor, request)
+        actor.request = request
         actor.parked = True
         self.pending.append(actor)
         self.quiet.parked()
         return trio.lowlevel.wait_task_rescheduled(actor.abort)
 
-    async def _park_late(self, actor: Actor, kind: int, payload: object) -> Any:
+    async def _park_late(self, actor: Actor, request: Request) -> Any:
         await trio.lowlevel.checkpoint()  # the time limit has passed: let cancellation land
-        return await self.park(actor, kind, payload)
+        return await self.park(actor, request)
 
     def withdraw(self, actor: Actor) -> trio.lowlevel.Abort:
         """``actor`` was cancelled while parked (trio calls this, through ``Actor.abort``).
@@ -308,6 +348,7 @@ class LiveEpisode:
         """End a parked actor's program with one of ``ENGINE_SIGNALS``, raised from its park."""
         actor.parked = False
         actor.request = None
+        actor.waiting = False  # (a fire has ended its wait already; the end has not)
         self._wake_task(actor.task, outcome.Error(signal))
 
     def _wake_task(self, task: trio.lowlevel.Task, value: outcome.Outcome[Any]) -> None:
@@ -323,7 +364,7 @@ class LiveEpisode:
         if self.failures:  # an observation raised: the lowest agent's, whatever trio's order
             self._fail(min(self.failures, key=lambda bug: bug.agent))
             return
-        pending = sorted((a for a in self.pending if a.request is not None), key=_BY_ID)
+        pending = sorted(self.pending, key=_BY_ID)
         self.pending = []
         try:
             self._start_each(pending, thinks)
@@ -334,11 +375,13 @@ class LiveEpisode:
         self, pending: list[Actor], thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]
     ) -> None:
         for actor in pending:
-            kind, payload = actor.request  # type: ignore[misc]
+            request = actor.request
+            if request is None:  # let go or withdrawn since it parked
+                continue
             actor.request = None
-            if kind != ACT:  # THINK, or THINK_ACT
-                actor.then_act = kind == THINK_ACT
-                req: PolicyRequest = payload  # type: ignore[assignment]
+            if request[0] is not ACT:  # THINK, or THINK_ACT
+                actor.then_act = request[0] is THINK_ACT
+                req = request[1]
                 self.emit(
                     Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
                 )
@@ -348,7 +391,7 @@ class LiveEpisode:
                 actor.missed = 0
                 thinks.append((self, actor, req))
             else:
-                self._begin(actor, payload)  # type: ignore[arg-type]
+                self._begin(actor, request[1])
 
     def answer(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse) -> None:
         """Schedule a policy answer at the simulated time the latency model charges."""
@@ -389,7 +432,8 @@ class LiveEpisode:
             try:
                 duration = world.tool_duration(action.tool, actor.local, action.args)
             except Exception as e:
-                fn = world._tool_decls[action.tool].duration
+                d = world._tool_decls[action.tool].duration
+                fn = d if callable(d) else None  # (a number or an attribute's name: no source)
                 bug = WorldBug(world, f"{action.tool} (duration)", e, agent=actor.id, fn=fn)
                 raise bug from e
         else:
@@ -693,7 +737,7 @@ class LiveEpisode:
         self._apply(actor, out)
         return out.ok, out.result
 
-    def _apply(self, actor: Actor | None, out: Outcome) -> None:
+    def _apply(self, actor: Actor | None, out: Outcome[Actor]) -> None:
         """Land a communication's outcome: its events, then what the sender's world hears, then
         the wake-ups (of those still waiting: hearing may have woken one already)."""
         for e in out.events:
@@ -806,7 +850,6 @@ class LiveEpisode:
         # twice as much per agent as ending them with an error (bench/results/engine/README.md).
         for actor in self.actors.values():
             if actor.parked:
-                actor.waiting = False
                 self._let_go(actor, EpisodeOver())
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()

@@ -1,6 +1,7 @@
 """The model the RLCR loop trains, and how rollouts are served from it.
 
-Two backends, one contract (what ``collective.rl.train`` calls):
+Two backends, one contract (:class:`Backend`: what ``collective.rl.train``, the local rollouts
+and the Ray workers call):
 
 - ``TinyBackend`` (CPU, the default): the learner trains one ``TinyModel``; rollouts are served
   by frozen copies of its weights, one per live policy version, so the learner never changes
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from collective.base.outputs import write_file
-from policy.base import Policy, TrainableModel
+from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
 
 if TYPE_CHECKING:
     from collective.rl.config import TrainConfig
@@ -35,10 +37,89 @@ if TYPE_CHECKING:
 Weights = dict[str, torch.Tensor]
 
 
-def make_backend(cfg: TrainConfig, run_dir: Path) -> TinyBackend | HFBackend:
+class Backend(Protocol):
+    """What training asks of a backend. ``model`` is always the one this backend made
+    (``fresh`` or ``load``): in the training process the learner's, in a Ray worker the
+    starting model, whose architecture (and adapters) the served copies share."""
+
+    pinned: bool  # True: an episode pinned to version v is sampled by exactly v's weights
+
+    def fresh(self) -> TrainableModel: ...
+
+    def load(self, path: str | Path) -> TrainableModel: ...
+
+    def weights(self, model: TrainableModel) -> Weights:
+        """A copy of the weights rollouts are served from (pinned backends)."""
+        ...
+
+    def load_weights(self, model: TrainableModel, weights: Weights) -> None: ...
+
+    def logprob_kwargs(self) -> dict[str, Any]:
+        """What the learner must pass to recompute logprobs exactly as they were sampled."""
+        ...
+
+    def policy_for(self, model: TrainableModel, weights: Weights, version: int) -> Policy:
+        """A frozen policy sampling with ``weights`` (version ``version``): the one way to get a
+        policy for given weights, locally (``serve``, ``publish``) and in a Ray worker."""
+        ...
+
+    def frozen(self, model: TrainableModel) -> Policy:
+        """The policy of the orchestrator's sub-agents: these weights, never trained."""
+        ...
+
+    async def serve(self, model: TrainableModel, kept: dict[int, Weights]) -> Policy:
+        """The policy rollouts in this process sample from, serving the versions ``kept``."""
+        ...
+
+    async def publish(self, model: TrainableModel, version: int, weights: Weights) -> None:
+        """Serve ``version`` (``weights``: its weights, pinned backends) beside the others."""
+        ...
+
+    def checkpoint(self, model: TrainableModel, directory: Path, snapshot: str | None) -> Path: ...
+
+    async def aclose(self) -> None: ...
+
+
+def make_backend(cfg: TrainConfig, run_dir: Path) -> Backend:
     if cfg.backend == "tiny":
         return TinyBackend(cfg)
     return HFBackend(cfg, run_dir)
+
+
+class VersionedPolicy:
+    """Serves several policy versions at once: each request goes to the version its episode is
+    pinned to. One quiescence batch becomes one sub-batch per live version (at most lag + 1).
+    Built from ``Backend.policy_for``'s policies, one per version, by the backends' ``serve``
+    and by the Ray workers."""
+
+    def __init__(self, name: str = "tiny (training)") -> None:
+        self.policies: dict[int, Policy] = {}
+        self.name = name
+        self.version = -1
+
+    def publish(self, version: int, policy: Policy, keep: int) -> None:
+        self.policies[version] = policy
+        self.version = max(self.version, version)
+        for v in [v for v in self.policies if v < self.version - keep]:
+            del self.policies[v]
+
+    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        by_version: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_version.setdefault(self.version if r.version < 0 else r.version, []).append(i)
+        out: list[PolicyResponse | None] = [None] * len(requests)
+        for v, idx in sorted(by_version.items()):
+            if v not in self.policies:
+                raise RuntimeError(
+                    f"no weights for policy version {v} (have {sorted(self.policies)})"
+                )
+            answers = await self.policies[v].generate([requests[i] for i in idx])
+            for i, a in zip(idx, answers, strict=True):
+                out[i] = a
+        return out  # type: ignore[return-value]
+
+    async def aclose(self) -> None:
+        return None
 
 
 class TinyBackend:
@@ -71,7 +152,8 @@ class TinyBackend:
         """What the learner must pass to recompute logprobs exactly as they were sampled."""
         return {"max_tokens": self.cfg.max_output_tokens}
 
-    def _policy(self, weights: Weights, version: int) -> Policy:
+    def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
+        """(The architecture is ``net_config``: the model's, once made or loaded.)"""
         from policy.tiny import TinyModel, TinyPolicy, TinyTransformer
 
         net = TinyTransformer(self.net_config)
@@ -87,15 +169,13 @@ class TinyBackend:
 
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
         """One frozen copy per version still in use (the current and ``lag`` older)."""
-        from collective.rl.rollouts import VersionedPolicy
-
         self.serving = VersionedPolicy()
         for v, weights in sorted(kept.items()):
-            self.serving.publish(v, self._policy(weights, v), keep=self.cfg.lag)
+            self.serving.publish(v, self.policy_for(model, weights, v), keep=self.cfg.lag)
         return self.serving
 
     async def publish(self, model: Any, version: int, weights: Weights) -> None:
-        self.serving.publish(version, self._policy(weights, version), keep=self.cfg.lag)
+        self.serving.publish(version, self.policy_for(model, weights, version), keep=self.cfg.lag)
 
     def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
         """``latest.pt`` (usable with ``--policy tiny:PATH``) and, when asked, a snapshot."""
@@ -188,7 +268,8 @@ class HFBackend:
     def logprob_kwargs(self) -> dict[str, Any]:
         return {"entropy_grad": self.cfg.entropy_coef > 0}
 
-    def _policy(self, model: Any, weights: Weights, version: int) -> Policy:
+    def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
+        """A copy of ``model`` (its architecture and adapters) holding ``weights``."""
         from policy.hf.policy import HFPolicy
 
         return HFPolicy(model.copy(weights, version), name=f"hf (training, v{version})")
@@ -206,11 +287,9 @@ class HFBackend:
 
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
         if not self.cfg.hf_server:  # in-process: one frozen copy per version still in use
-            from collective.rl.rollouts import VersionedPolicy
-
             self.serving = VersionedPolicy("hf (training)")
             for v, weights in sorted(kept.items()):
-                self.serving.publish(v, self._policy(model, weights, v), keep=self.cfg.lag)
+                self.serving.publish(v, self.policy_for(model, weights, v), keep=self.cfg.lag)
             return self.serving
         from policy.factory import make_policy
 
@@ -228,7 +307,8 @@ class HFBackend:
 
     async def publish(self, model: Any, version: int, weights: Weights) -> None:
         if not self.cfg.hf_server:
-            self.serving.publish(version, self._policy(model, weights, version), keep=self.cfg.lag)
+            policy = self.policy_for(model, weights, version)
+            self.serving.publish(version, policy, keep=self.cfg.lag)
             return
         target = self.weights_dir / f"v{version:06d}"
         model.save(target)

@@ -44,14 +44,17 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from collective.base.log import get_logger
 from collective.records import Episode, EpisodeConfig, decode_episode, episode_file_bytes
+from collective.rl.backend import Backend, HFBackend, VersionedPolicy, Weights, make_backend
 from collective.rl.config import ClusterConfig, TrainConfig
-from collective.rl.rollouts import RolloutArgs, Rollouts, VersionedPolicy, team_config
+from collective.rl.rollouts import RolloutArgs, Rollouts, team_config
+from policy.base import Policy, TrainableModel
 
 log = get_logger("collective.rl.cluster")
 
@@ -151,16 +154,14 @@ class RolloutWorker:
     def __init__(self, cfg: TrainConfig, concurrency: int) -> None:
         import torch
 
-        from collective.rl.backend import make_backend
-
         torch.set_num_threads(1)  # a worker is a conductor: one core's worth of policy batches
         self.cfg = cfg
         self.concurrency = concurrency
         # The run directory is the training process's; a worker writes nothing there. A worker
         # of an SGLang fleet holds no model (nor needs the learner's device): the fleet samples.
-        self.backend = None if uses_fleet(cfg) else make_backend(cfg, _nowhere())
-        self.base: Any = None  # the starting model: the frozen sub-agents' and hf copies' base
-        self.frozen: Any = None
+        self.backend: Backend | None = None if uses_fleet(cfg) else make_backend(cfg, _nowhere())
+        self.base: TrainableModel | None = None  # the starting model: every served copy's base
+        self.frozen: Policy | None = None
         self.serving = VersionedPolicy(f"{cfg.backend} (training)")
         self.fleet: Any = None  # (an SGLang fleet) this worker's client of it, a follower
 
@@ -183,12 +184,6 @@ class RolloutWorker:
     def pid(self) -> int:
         """The worker's process id (the tests kill it)."""
         return os.getpid()
-
-    def _policy(self, weights: Any, version: int) -> Any:
-        assert self.backend is not None
-        if self.cfg.backend == "tiny":
-            return self.backend._policy(weights, version)
-        return self.backend._policy(self.base, weights, version)
 
     def _follower(self, fleet: Fleet) -> Any:
         """This worker's client of the SGLang fleet, following the version the share is
@@ -213,7 +208,9 @@ class RolloutWorker:
         from collective.engine.conductor import Conductor
 
         for v in sorted(set(weights) - set(self.serving.policies)):
-            self.serving.publish(v, self._policy(ray.get(weights[v]), v), keep=self.cfg.lag)
+            assert self.backend is not None and self.base is not None  # (built by check)
+            policy = self.backend.policy_for(self.base, ray.get(weights[v]), v)
+            self.serving.publish(v, policy, keep=self.cfg.lag)
         policies: Any = self.serving if fleet is None else self._follower(fleet)
         if self.frozen is not None:
             policies = {"trained": self.serving, "frozen": self.frozen}
@@ -243,17 +240,15 @@ class RolloutWorker:
                 return
 
 
-def _nowhere() -> Any:
-    from pathlib import Path
-
+def _nowhere() -> Path:
     return Path("/nonexistent-run-dir")
 
 
 class RayRollouts(Rollouts):
     """Episodes run by Ray actors, a share of each step per worker; see the module docstring."""
 
-    def __init__(self, *args: *RolloutArgs) -> None:
-        super().__init__(*args)
+    def __init__(self, args: RolloutArgs) -> None:
+        super().__init__(args)
         cfg, first_step = self.cfg, self.first_step
         if uses_fleet(cfg) and cfg.cluster.address and cfg.hf_server.startswith("sglang:launch"):
             raise ValueError(
@@ -359,11 +354,11 @@ class RayRollouts(Rollouts):
             self._nursery = None
             self.close()
 
-    async def publish(self, version: int, weights: Any) -> None:
+    async def publish(self, version: int, weights: Weights) -> None:
         if self.fleet is not None:
             # The weights are written now (the learner goes on changing the model); the fleet
             # loads them once no episode is left running on the version it holds.
-            target = self.backend.weights_dir / f"v{version:06d}"
+            target = self._served() / f"v{version:06d}"
             self.model.save(target)
             assert self._nursery is not None
             self._updates_pending += 1
@@ -375,7 +370,12 @@ class RayRollouts(Rollouts):
             del self.refs[v]  # no episode still to run is pinned to it
         self._deal()
 
-    async def _update_fleet(self, version: int, target: Any) -> None:
+    def _served(self) -> Path:
+        """Where the fleet's weights are written: the hf backend's (``checkpoints/served``)."""
+        assert isinstance(self.backend, HFBackend)  # (a fleet is the hf backend's)
+        return self.backend.weights_dir
+
+    async def _update_fleet(self, version: int, target: Path) -> None:
         """Load ``version`` on every server of the fleet (pause, update_weights_from_disk,
         checked weight_version, continue) once every episode dealt so far has come back, so
         that each episode is sampled by the one version it was dealt at; then deal the steps
@@ -386,7 +386,7 @@ class RayRollouts(Rollouts):
             while self.in_flight:
                 await self._landed.wait()
             await self.fleet.update_weights(target, version)
-            for old in self.backend.weights_dir.glob("v*"):
+            for old in self._served().glob("v*"):
                 if old.name < target.name:
                     shutil.rmtree(old, ignore_errors=True)
             self.latest = version

@@ -104,10 +104,14 @@ class Learner:
             new_logp = torch.cat(new)
             ent = torch.cat(entropy)
             # Every tensor of the loss where the model's logprobs are (a GPU, for an LLM).
-            on = dict(dtype=new_logp.dtype, device=new_logp.device)
-            old = torch.tensor([x for s in chunk for x in s.logprobs], **on)
-            adv = torch.tensor([s.advantage for s in chunk for _ in s.tokens], **on)
-            w = torch.tensor([s.weight for s in chunk for _ in s.tokens], **on)
+            dtype, device = new_logp.dtype, new_logp.device
+            old = torch.tensor([x for s in chunk for x in s.logprobs], dtype=dtype, device=device)
+            adv = torch.tensor(
+                [s.advantage for s in chunk for _ in s.tokens], dtype=dtype, device=device
+            )
+            w = torch.tensor(
+                [s.weight for s in chunk for _ in s.tokens], dtype=dtype, device=device
+            )
             seq = torch.tensor(
                 [i for i, s in enumerate(chunk) for _ in s.tokens], device=new_logp.device
             )

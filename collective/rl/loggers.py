@@ -104,8 +104,10 @@ class TensorBoardLogger:
         self.writer = SummaryWriter(str(logdir), purge_step=first_step if first_step else None)
         if first_step == 0:
             params = hyperparameters(config)
+            file_writer = self.writer.file_writer
+            assert file_writer is not None  # (SummaryWriter makes it in its constructor)
             for summary in hparams(params, {"return_mean": 0.0, "score_mean": 0.0}):
-                self.writer.file_writer.add_summary(summary)
+                file_writer.add_summary(summary)
             text = "\n".join(f"    {k} = {v!r}" for k, v in params.items())
             self.writer.add_text("config", text, 0)
         for step in range(first_step, len(schedule)):

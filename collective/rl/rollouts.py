@@ -13,8 +13,9 @@ steps in a fixed order, so when it finished cannot change the run.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -23,9 +24,10 @@ from collective.base.latency import latency_preset
 from collective.base.seeding import derive
 from collective.engine.conductor import Conductor
 from collective.records import Episode, EpisodeConfig, world_error
+from collective.rl.backend import Backend, Weights
 from collective.rl.config import TrainConfig, time_limit_at
 from collective.rl.rundir import RunDir
-from policy.base import Policy, PolicyRequest, PolicyResponse
+from policy.base import Policy, TrainableModel
 
 
 def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> EpisodeConfig:
@@ -112,44 +114,18 @@ class Schedule:
         return not self._exhausted()
 
 
-class VersionedPolicy:
-    """Serves several policy versions at once: each request goes to the version its episode is
-    pinned to. One quiescence batch becomes one sub-batch per live version (at most lag + 1)."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RolloutArgs:
+    """What every kind of rollouts is built from (``LocalRollouts``, ``RayRollouts``)."""
 
-    def __init__(self, name: str = "tiny (training)") -> None:
-        self.policies: dict[int, Policy] = {}
-        self.name = name
-        self.version = -1
-
-    def publish(self, version: int, policy: Policy, keep: int) -> None:
-        self.policies[version] = policy
-        self.version = max(self.version, version)
-        for v in [v for v in self.policies if v < self.version - keep]:
-            del self.policies[v]
-
-    async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
-        by_version: dict[int, list[int]] = {}
-        for i, r in enumerate(requests):
-            by_version.setdefault(self.version if r.version < 0 else r.version, []).append(i)
-        out: list[PolicyResponse | None] = [None] * len(requests)
-        for v, idx in sorted(by_version.items()):
-            if v not in self.policies:
-                raise RuntimeError(
-                    f"no weights for policy version {v} (have {sorted(self.policies)})"
-                )
-            answers = await self.policies[v].generate([requests[i] for i in idx])
-            for i, a in zip(idx, answers, strict=True):
-                out[i] = a
-        return out  # type: ignore[return-value]
-
-    async def aclose(self) -> None:
-        return None
-
-
-# What every kind of rollouts is built from, in ``Rollouts.__init__``'s order: the config, the
-# run directory, the first step, the backend, the model, the weights being served. A subclass
-# takes them as ``*args: *RolloutArgs`` and hands them on, so the list is written once.
-RolloutArgs = tuple[TrainConfig, RunDir, int, Any, Any, dict[int, Any]]
+    cfg: TrainConfig
+    run: RunDir
+    first_step: int  # the first step to gather (a resumed run's next)
+    backend: Backend
+    model: TrainableModel  # the learner's
+    # The weights of every version rollouts may still use (pinned backends), as the learner
+    # keeps them: at the start, the one(s) a run begins or resumes with.
+    serving_weights: dict[int, Weights]
 
 
 class Rollouts:
@@ -158,22 +134,12 @@ class Rollouts:
     uses it (an episode written is an episode kept), then buffered until its step is asked for.
     """
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        run: RunDir,
-        first_step: int,
-        backend: Any,
-        model: Any,
-        serving_weights: dict[int, Any],
-    ) -> None:
-        self.cfg = cfg
-        self.run = run
-        self.first_step = first_step
-        self.backend, self.model = backend, model
-        # The weights of every version rollouts may still use (pinned backends), as the learner
-        # keeps them: at the start, the one(s) a run begins or resumes with.
-        self.serving_weights = serving_weights
+    def __init__(self, args: RolloutArgs) -> None:
+        self.cfg = cfg = args.cfg
+        self.run = run = args.run
+        self.first_step = first_step = args.first_step
+        self.backend, self.model = args.backend, args.model
+        self.serving_weights = args.serving_weights
         self.first_group = first_step * cfg.groups_per_step
         # A resumed run's episodes that finished after its checkpoint: used, not run again.
         self.buffer: dict[tuple[int, int], Episode] = run.finished_episodes(self.first_group)
@@ -198,7 +164,7 @@ class Rollouts:
         """An async context in which episodes run; leaving it stops them."""
         raise NotImplementedError
 
-    async def publish(self, version: int, weights: Any) -> None:
+    async def publish(self, version: int, weights: Weights) -> None:
         """The learner has made ``version``; ``weights`` are its weights (pinned backends)."""
         raise NotImplementedError
 
@@ -229,8 +195,8 @@ class LocalRollouts(Rollouts):
     (everyone thinking at an instant is one policy batch), served by the backend's policy (a
     frozen copy of each live version's weights, or an SGLang fleet)."""
 
-    def __init__(self, *args: *RolloutArgs, frozen: Policy | None = None) -> None:
-        super().__init__(*args)
+    def __init__(self, args: RolloutArgs, frozen: Policy | None = None) -> None:
+        super().__init__(args)
         self.frozen = frozen  # the orchestrator's sub-agents' policy, if any
         self.schedule = Schedule(self.cfg, self.first_group, self.on_disk, pin=self.backend.pinned)
         self.schedule.latest = self.first_step
@@ -271,6 +237,6 @@ class LocalRollouts(Rollouts):
         if stopped:
             raise stopped[0]
 
-    async def publish(self, version: int, weights: Any) -> None:
+    async def publish(self, version: int, weights: Weights) -> None:
         await self.backend.publish(self.model, version, weights)
         self.schedule.publish(version)

@@ -51,7 +51,7 @@ from collective.rl.config import TrainConfig, dump_config, load_config, time_lim
 from collective.rl.credit import leave_one_out
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
-from collective.rl.rollouts import LocalRollouts, Rollouts, team_config, team_size
+from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts, team_config, team_size
 from collective.rl.rundir import (
     TEAM_BUCKETS,
     Ledger,
@@ -418,12 +418,19 @@ def _train(
     if state.step >= cfg.steps:
         run.create(resume, state.step)
         return []
-    args = (cfg, run, state.step, backend, model, serving_weights)
+    args = RolloutArgs(
+        cfg=cfg,
+        run=run,
+        first_step=state.step,
+        backend=backend,
+        model=model,
+        serving_weights=serving_weights,
+    )
     rollouts: Rollouts
     if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
-        rollouts = RayRollouts(*args)  # (each worker makes the sub-agents' frozen copy itself)
+        rollouts = RayRollouts(args)  # (each worker makes the sub-agents' frozen copy itself)
     else:
-        rollouts = LocalRollouts(*args, frozen=frozen)
+        rollouts = LocalRollouts(args, frozen=frozen)
     rollouts.start()  # Ray: connect, check resources, start the workers (one-line errors)
     # -- checked and built: now the run directory may be written ------------------------------
     try:
@@ -454,7 +461,8 @@ def _train(
                 if cfg.advantage == "individual":  # counterfactual re-runs, off the event loop
                     credits = await trio.to_thread.run_sync(group_credits, groups)
                 samples, m, used = step_samples(cfg, step, groups, credits)
-                stats = await trio.to_thread.run_sync(learner.step, samples)
+                # (Any: its floats go to StepMetrics by name, which a checker cannot follow.)
+                stats: dict[str, Any] = await trio.to_thread.run_sync(learner.step, samples)
                 version = step + 1
                 weights = backend.weights(model) if backend.pinned else {}
                 if backend.pinned:  # rollouts may use versions up to `lag` behind
