@@ -113,7 +113,7 @@ class Archive:
         # Most shared words first, then the newest: one int per hit, (count, id), compared in C.
         best = heapq.nlargest(k, [(n << _ID_BITS) | nid for nid, n in shared.items()])
         first = self.entries[0][0] if self.entries else 0  # ids are consecutive in the deque
-        return [self.entries[(key & _ID_MASK) - first][:3] for key in best]  # type: ignore[misc]
+        return [self.entries[(key & _ID_MASK) - first][:3] for key in best]
 
 
 class Member(Protocol):

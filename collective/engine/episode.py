@@ -59,6 +59,7 @@ from collective.records import (
     Ended,
     Episode,
     EpisodeConfig,
+    EpisodeStream,
     Failed,
     Fired,
     Happened,
@@ -102,7 +103,10 @@ class Replay:
     a tampered time is caught rather than trusted."""
 
     def __init__(
-        self, episode: Episode, until: float = math.inf, most_events: int | None = None
+        self,
+        episode: Episode | EpisodeStream,
+        until: float = math.inf,
+        most_events: int | None = None,
     ) -> None:
         self.until = until
         # A replay of a whole record ends at one event past it (``event_limit``): it has
