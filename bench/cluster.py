@@ -19,12 +19,9 @@ from __future__ import annotations
 
 # The path fix below must run before the project's imports:
 # ruff: noqa: E402
-import sys
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
 
 import argparse
 import json
@@ -36,7 +33,7 @@ import time
 
 import msgspec
 
-from collective.rl.rundir import WALL_CLOCK
+from collective.rl.rundir import StepMetrics
 from collective.rl.train import load_config, read_metrics, train
 
 OUT = _HERE / "results" / "ray"
@@ -64,7 +61,8 @@ def measure(sets: list[str], placement: list[str], where: Path) -> dict:
         "total_s": total,
         "batch_mean": statistics.mean(r.rollout_batch_mean for r in rows),
         "science": [
-            {k: v for k, v in msgspec.to_builtins(r).items() if k not in WALL_CLOCK} for r in rows
+            {k: v for k, v in msgspec.to_builtins(r).items() if k not in StepMetrics.WALL_CLOCK}
+            for r in rows
         ],
     }
 
