@@ -17,12 +17,6 @@ no dashboard; its start-up is not counted. Figures go to ``bench/results/ray/clu
 
 from __future__ import annotations
 
-# The path fix below must run before the project's imports:
-# ruff: noqa: E402
-from pathlib import Path
-
-_HERE = Path(__file__).resolve().parent
-
 import argparse
 import json
 import os
@@ -30,11 +24,14 @@ import shutil
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import msgspec
 
 from collective.rl.rundir import StepMetrics
 from collective.rl.train import load_config, read_metrics, train
+
+_HERE = Path(__file__).resolve().parent
 
 OUT = _HERE / "results" / "ray"
 ROOT = _HERE.parent

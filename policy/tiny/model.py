@@ -6,11 +6,11 @@ attention (every query head shares one key head and one value head). The default
 configs' shape, with a context that leaves a 64-token answer 192 bytes of prompt) are chosen
 for speed: RLCR on two cores runs many episodes of several agents for tens of turns each, so a
 decode step over a batch of a thousand agents must take milliseconds, not seconds. Measured on
-this machine (bench/policy.py, batch 1,024), the previous default (d_model 96, feed-forward 256)
-samples about a third fewer tokens per second, and d_model 128 costs a quarter more per token
-than that; multi-query attention is what makes large batches pay at all: a decode step reads
-every row's whole key/value cache, and one shared key/value head makes that cache (and its
-memory traffic) four times smaller.
+this machine (bench/policy_speed.py, batch 1,024), the previous default (d_model 96,
+feed-forward 256) samples about a third fewer tokens per second, and d_model 128 costs a
+quarter more per token than that; multi-query attention is what makes large batches pay at
+all: a decode step reads every row's whole key/value cache, and one shared key/value head makes
+that cache (and its memory traffic) four times smaller.
 
 One network, two ways to run it: ``hidden`` over whole right-padded sequences with a causal mask
 in float32 (what the learner differentiates), and ``policy.tiny.invariant.SamplingNet``, which
