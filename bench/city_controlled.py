@@ -37,11 +37,11 @@ village policy, trained flat on this world at teams of 1, 2, 4, 8: ``village_con
 is wanted, else works the first slot it can (else slot 1, whose refusal marks the key wanted),
 and ``nopass`` does the same but never posts nor messages.
 
-    PYTHONPATH=$PWD python bench/city_controlled.py            # train (resumable), run, summarise
-    PYTHONPATH=$PWD python bench/city_controlled.py --summarise-only
+    python bench/city_controlled.py            # train (resumable), run, summarise
+    python bench/city_controlled.py --summarise-only
 
 writes ``bench/results/city/controlled/{cells,summary}.json`` and ``scores.png``. Every run and
-cell is re-used only when its digest matches (``bench/resumable.py``): the village's full
+cell is re-used only when its digest matches (``collective.studies.resumable``): the village's full
 TrainConfig; a cell's episode configs, its policy's identity (the checkpoint's bytes) and
 ``CELL_VERSION``.
 """
@@ -60,25 +60,22 @@ from typing import Any
 import numpy as np
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, bench/ heads sys.path and its policy.py would hide the policy package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-sys.path.insert(0, str(ROOT))
+import bench.city_study  # noqa: F401  (registers the islands_mean organisation)
+from bench.city_study import key_times
+from collective import Conductor, EpisodeConfig, latency_preset
+from collective.records.signs import signs
+from collective.rl.config import TrainConfig
+from collective.rl.train import read_metrics
+from collective.studies.intervals import MISSING, Interval, claim_p, holm, seed_interval
+from collective.studies.resumable import digest, file_digest, train_exact
+from collective.studies.study import score_at
+from policy.base import PolicyRequest
+from policy.scripted import ScriptedPolicy
+from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+from policy.uniform import RandomPolicy
+from worlds.workshop import Workshop
 
-import bench.city_study  # noqa: E402, F401  (registers the islands_mean organisation)
-from bench.city_study import key_times  # noqa: E402
-from bench.resumable import digest, file_digest, train_exact  # noqa: E402
-from collective import Conductor, EpisodeConfig, latency_preset  # noqa: E402
-from collective.records.signs import signs  # noqa: E402
-from collective.rl.config import TrainConfig  # noqa: E402
-from collective.rl.train import read_metrics  # noqa: E402
-from collective.studies.intervals import MISSING, Interval, claim_p, holm, seed_interval  # noqa: E402
-from collective.studies.study import score_at  # noqa: E402
-from policy.base import PolicyRequest  # noqa: E402
-from policy.scripted import ScriptedPolicy  # noqa: E402
-from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
-from policy.uniform import RandomPolicy  # noqa: E402
-from worlds.workshop import Workshop  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT = ROOT / "bench" / "results" / "city" / "controlled"
 RUNS = ROOT / "bench" / "results" / "city" / "runs"  # (checkpoints and episodes: not committed)

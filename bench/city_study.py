@@ -21,11 +21,11 @@ study replays who learned which key when (:func:`key_times`, through the world's
 so it measures how long each key takes to become public and how long an agent refused for
 lacking a key waits until it knows it.
 
-    PYTHONPATH=$PWD python bench/city_study.py --checkpoint runs/village_ceo/checkpoints/latest.pt
-    PYTHONPATH=$PWD python bench/city_study.py \
+    python bench/city_study.py --checkpoint runs/village_ceo/checkpoints/latest.pt
+    python bench/city_study.py \
         --checkpoint runs/village_ceo_s1/checkpoints/latest.pt --agents 8,64 \
         --conditions flat,keys_public,islands --policies trained,untrained
-    PYTHONPATH=$PWD python bench/city_study.py --summarise-only
+    python bench/city_study.py --summarise-only
 
 writes ``bench/results/city/causal/{city,summary}.json`` and ``{scores,keys}.png``; cells
 already in ``city.json`` under the same digest are kept (a stopped run resumes; a changed
@@ -51,13 +51,7 @@ from typing import Any
 import numpy as np
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, bench/ heads sys.path and its policy.py would hide the policy package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-sys.path.insert(0, str(ROOT))
-
-from bench.resumable import digest, file_digest  # noqa: E402
-from collective import (  # noqa: E402
+from collective import (
     Conductor,
     Episode,
     EpisodeConfig,
@@ -65,10 +59,10 @@ from collective import (  # noqa: E402
     make_organisation,
     register_organisation,
 )
-from collective.engine.organisation import Islands  # noqa: E402
-from collective.engine.registry import make_world  # noqa: E402
-from collective.records import Committed, Delivered, Posted, Sent  # noqa: E402
-from collective.studies.intervals import (  # noqa: E402
+from collective.engine.organisation import Islands
+from collective.engine.registry import make_world
+from collective.records import Committed, Delivered, Posted, Sent
+from collective.studies.intervals import (
     BOOT,
     Interval,
     bootstrap,
@@ -76,8 +70,11 @@ from collective.studies.intervals import (  # noqa: E402
     bootstrap_diff,
     bootstrap_fn,
 )
-from collective.studies.study import score_at  # noqa: E402
-from worlds.workshop import Workshop  # noqa: E402
+from collective.studies.resumable import digest, file_digest
+from collective.studies.study import score_at
+from worlds.workshop import Workshop
+
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT = ROOT / "bench" / "results" / "city" / "causal"
 AGENTS = (8, 64, 512, 4096)
@@ -290,7 +287,7 @@ def instances(policy: str, condition: str, n: int, most: int | None = None) -> i
 
 
 # bump when what a cell records changes: a cell is re-used only under its own digest (its
-# episode configs, its policy's identity, the grid and this version; bench/resumable.py)
+# episode configs, its policy's identity, the grid and this version; collective.studies.resumable)
 CELL_VERSION = 1
 
 

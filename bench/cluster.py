@@ -17,15 +17,6 @@ no dashboard; its start-up is not counted. Figures go to ``bench/results/ray/clu
 
 from __future__ import annotations
 
-# The path fix below must run before the project's imports:
-# ruff: noqa: E402
-import sys
-from pathlib import Path
-
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
-
 import argparse
 import json
 import os
@@ -33,11 +24,14 @@ import shutil
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import msgspec
 
-from collective.rl.rundir import WALL_CLOCK
+from collective.rl.rundir import StepMetrics
 from collective.rl.train import load_config, read_metrics, train
+
+_HERE = Path(__file__).resolve().parent
 
 OUT = _HERE / "results" / "ray"
 ROOT = _HERE.parent
@@ -64,7 +58,8 @@ def measure(sets: list[str], placement: list[str], where: Path) -> dict:
         "total_s": total,
         "batch_mean": statistics.mean(r.rollout_batch_mean for r in rows),
         "science": [
-            {k: v for k, v in msgspec.to_builtins(r).items() if k not in WALL_CLOCK} for r in rows
+            {k: v for k, v in msgspec.to_builtins(r).items() if k not in StepMetrics.WALL_CLOCK}
+            for r in rows
         ],
     }
 

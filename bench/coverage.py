@@ -15,11 +15,8 @@ the signs-of-life shape: S training seeds x 16 held-out instances, figure = seed
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collective.studies.intervals import bootstrap, hierarchical_bootstrap, seed_interval
 

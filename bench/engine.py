@@ -25,10 +25,10 @@ Three parts, each printing its figures and saving JSON and PNG plots:
   --out``, ``replay`` and ``trace`` of the same episode (random policy, workshop), each in a
   fresh process, for its file's size, bytes per turn, wall time and peak resident memory.
 
-    PYTHONPATH=$PWD python bench/engine.py            # sweep + comparison, ~10 minutes
-    PYTHONPATH=$PWD python bench/engine.py --quick    # a small version, ~7 seconds
-    PYTHONPATH=$PWD python bench/engine.py --million  # several minutes, ~6 GB
-    PYTHONPATH=$PWD python bench/engine.py --records  # ~20 minutes, ~7 GB
+    python bench/engine.py            # sweep + comparison, ~10 minutes
+    python bench/engine.py --quick    # a small version, ~7 seconds
+    python bench/engine.py --million  # several minutes, ~6 GB
+    python bench/engine.py --records  # ~20 minutes, ~7 GB
 
 Timings are wall-clock, as the issue asks, on a machine other jobs may share: each JSON also
 records CPU seconds and the load average around the run.
@@ -56,23 +56,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import trio
+from tqdm import tqdm
 
-import trio  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from bench.baselines import Town, run_rounds, run_simpy  # noqa: E402
-from bench.city import CROWD, SparsePolicy  # noqa: E402
-from collective import (  # noqa: E402
+from bench.baselines import Town, run_rounds, run_simpy
+from bench.city import CROWD, SparsePolicy
+from collective import (
     Conductor,
     Episode,
     EpisodeConfig,
 )
-from collective.engine.conductor import roomy_gc  # noqa: E402
-from collective.records import Asked, encode_episode  # noqa: E402
-from collective.replay import verify  # noqa: E402
-from policy.base import PolicyRequest, PolicyResponse  # noqa: E402
+from collective.engine.conductor import roomy_gc
+from collective.records import Asked, encode_episode
+from collective.replay import verify
+from collective.studies.gitref import engine_at, python_env
+from policy.base import PolicyRequest, PolicyResponse
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "bench" / "results"
 TURNS_PER_AGENT_SECOND = 0.36  # measured rate of the dense scenario, to size time limits
@@ -703,19 +703,6 @@ def million(agents: int, activity: float, limit: float, show: bool) -> dict[str,
 # -- plots -------------------------------------------------------------------------------------
 
 
-def code_at(ref: str, into: Path) -> Path:
-    """The engine (``collective``, ``policy``, ``worlds``) as it is at git ``ref``."""
-    archive = subprocess.run(
-        ["git", "archive", ref, "collective", "policy", "worlds"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout
-    into.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def measured(args: list[str], code: Path) -> dict[str, Any]:
     """Run ``python -m collective.cli ARGS`` on the engine in ``code``, in a fresh process:
     its wall time, peak resident set (the child's own, from wait4) and JSON answer. Its output
@@ -725,7 +712,7 @@ def measured(args: list[str], code: Path) -> dict[str, Any]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "collective.cli", *args],
             cwd=code,
-            env={**os.environ, "PYTHONPATH": str(code)},
+            env=python_env(code),
             stdout=stdout,
             stderr=stderr,
             text=True,
@@ -752,7 +739,7 @@ def records(sizes: list[tuple[int, float]], ref: str, show: bool) -> list[dict[s
     one, the same episode (same seed, same random policy) on both."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        engines = {"before": code_at(ref, Path(tmp) / "before"), "after": ROOT}
+        engines = {"before": engine_at(ref, Path(tmp) / "before", ROOT), "after": ROOT}
         steps = [(n, limit, which) for n, limit in sizes for which in engines]
         for n, limit, which in tqdm(steps, desc="records", disable=not show):
             code = engines[which]

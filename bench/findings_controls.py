@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,14 +35,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from collective import Episode, EpisodeConfig, latency_preset, run_episodes
+from policy.scripted import ScriptedPolicy, workshop_scripts
+from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+from policy.uniform import RandomPolicy
+from worlds.workshop import FINDINGS
 
-from collective import Episode, EpisodeConfig, latency_preset, run_episodes  # noqa: E402
-from policy.scripted import ScriptedPolicy, workshop_scripts  # noqa: E402
-from policy.tiny import TinyConfig, TinyModel, TinyPolicy  # noqa: E402
-from policy.uniform import RandomPolicy  # noqa: E402
-from worlds.workshop import FINDINGS  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT = ROOT / "bench" / "results" / "findings_controls"
 TEAMS = (1, 2, 3, 4, 8)

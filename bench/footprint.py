@@ -14,7 +14,7 @@ interpreter, the imports and the allocator's fixed overhead cancel out:
   concurrency`` at 64 and 256 (beyond the learner's 512-turn chunk at both, so its chunk's
   memory cancels out too).
 
-Run: ``PYTHONPATH=. python bench/footprint.py`` (about five minutes on 2 shared cores; prints
+Run: ``python bench/footprint.py`` (about five minutes on 2 shared cores; prints
 JSON). ``--streamed`` adds the agents at 40,000 and 200,000 with the record streamed to
 ``--out`` (two more minutes).
 """

@@ -25,16 +25,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from collective import (  # noqa: E402
+from collective import (
     EpisodeConfig,
     EpisodeFileError,
     run_episode,
 )
-from collective.records import HEADER_SIZE, decode_episode, episode_file_bytes  # noqa: E402
-from policy.uniform import RandomPolicy  # noqa: E402
+from collective.records import HEADER_SIZE, decode_episode, episode_file_bytes
+from policy.uniform import RandomPolicy
+
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT = ROOT / "bench" / "results" / "integrity"
 

@@ -11,12 +11,12 @@ spin on a core) started at another moment each time (``LOADS``: their delay and 
 ``OMP_NUM_THREADS`` is set), so the rollouts' batches, the learner's pace and the threads'
 interleaving differ from run to run, and so does Python's hash seed (each run a new process).
 
-All three must write the same ``metrics.jsonl`` apart from the wall-clock fields (``WALL_CLOCK``:
-how long things took and how requests happened to be batched) and the same episode files, byte
-for byte. What makes that hold is the tiny policy's sampler (``policy.tiny.invariant``): a
-request's tokens and logprobs do not depend on what shares its batch, and how requests are
-batched is all that the wall clock decides; and one instruction set on every x86 CPU
-(``collective.ISA``), so that another machine's run is this one's too.
+All three must write the same ``metrics.jsonl`` apart from the wall-clock fields
+(``StepMetrics.WALL_CLOCK``: how long things took and how requests happened to be batched) and
+the same episode files, byte for byte. What makes that hold is the tiny policy's sampler
+(``policy.tiny.invariant``): a request's tokens and logprobs do not depend on what shares its
+batch, and how requests are batched is all that the wall clock decides; and one instruction set
+on every x86 CPU (``collective.ISA``), so that another machine's run is this one's too.
 
 Prints the verdict and saves ``rerun.json`` (``--out``); exits 1 on any difference. Run from the
 repository root: ``python bench/rerun.py [--set steps=12 ...] [--hogs 2]`` (three times the main
@@ -26,7 +26,6 @@ job's time and more: its hogs slow it down).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -34,20 +33,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
+
+from collective.rl.rundir import StepMetrics
+from collective.studies.rerun import comparable, differences, loaded
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "rerun"
-#: The only fields of a metrics line a rerun does not reproduce:
-# ``collective.rl.rundir.WALL_CLOCK``,
-#: written out here because this script runs with bench/ first on sys.path, where bench/policy.py
-#: shadows the policy package that importing collective needs (issue 27 removes the shadow).
-WALL_CLOCK = frozenset(
-    {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
-)
-
-
 #: Each run's competition: when its hogs start (seconds after it) and OMP_NUM_THREADS (None:
 #: unset), the killed run's three parts in turn.
 LOADS: dict[str, tuple[float, str | None]] = {
@@ -61,24 +53,6 @@ LOADS: dict[str, tuple[float, str | None]] = {
 
 def collective(*args: str) -> list[str]:
     return [sys.executable, "-m", "collective.cli", *args]
-
-
-@contextlib.contextmanager
-def loaded(hogs: int, delay: float, omp: str | None) -> Iterator[dict[str, str]]:
-    """``hogs`` processes that each spin on a core, started ``delay`` seconds from now and
-    stopped on leaving; yields the environment for the run beside them (``OMP_NUM_THREADS``
-    set to ``omp``, or unset)."""
-    spin = f"import time\ntime.sleep({delay})\nwhile True:\n    pass\n"
-    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(hogs)]
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    if omp is not None:
-        env["OMP_NUM_THREADS"] = omp
-    try:
-        yield env
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def steps_written(run: Path) -> int:
@@ -96,30 +70,6 @@ def kill_at(argv: list[str], run: Path, steps: int, env: dict[str, str] | None =
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     print(f"killed at {steps_written(run)} steps", flush=True)
-
-
-def comparable(run: Path) -> list[dict]:
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if k not in WALL_CLOCK} for x in lines]
-
-
-def differences(a: Path, b: Path) -> list[str]:
-    """What differs between runs ``a`` and ``b``: metrics fields by step, then episode files."""
-    out = []
-    ma, mb = comparable(a), comparable(b)
-    if len(ma) != len(mb):
-        out.append(f"metrics: {len(ma)} vs {len(mb)} steps")
-    for la, lb in zip(ma, mb, strict=False):
-        out += [f"step {la['step']}: {k}" for k in sorted(la) if la[k] != lb.get(k)]
-    ea = {p.name: p for p in (a / "episodes").glob("*.msgpack")}
-    eb = {p.name: p for p in (b / "episodes").glob("*.msgpack")}
-    out += [f"episode {n}: in one run only" for n in sorted(set(ea) ^ set(eb))]
-    out += [
-        f"episode {n}: bytes differ"
-        for n in sorted(set(ea) & set(eb))
-        if ea[n].read_bytes() != eb[n].read_bytes()
-    ]
-    return out
 
 
 def main() -> int:
@@ -163,7 +113,7 @@ def main() -> int:
             "rerun_differences": rerun[:20],
             "killed_twice_differences": resumed[:20],
             "fields_compared": sorted(comparable(runs["first"])[0]),
-            "fields_not_compared": sorted(WALL_CLOCK),
+            "fields_not_compared": sorted(StepMetrics.WALL_CLOCK),
             "last_step": json.loads((runs["first"] / "metrics.jsonl").read_text().splitlines()[-1]),
             "seconds": round(time.monotonic() - started, 1),
             "cpu": os.uname().machine,

@@ -14,28 +14,23 @@ seconds. Prints a table and saves ``sampler_cost.json`` to ``--out``.
 
 from __future__ import annotations
 
-# ruff: noqa: E402
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-if __name__ == "__main__" and "--worker" in sys.argv:  # the tree under test heads the path
-    sys.path.insert(0, sys.argv[sys.argv.index("--worker") + 1])
-else:
-    sys.path.insert(0, str(ROOT))
-
 import argparse
 import json
 import pickle
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT = ROOT / "bench" / "results" / "sampler_cost"
 
 
 def worker(pool_file: Path) -> None:
-    """Answer lines on stdin: a batch size in, ``[wall s, CPU s, tokens]`` of one call out."""
+    """Answer lines on stdin: a batch size in, ``[wall s, CPU s, tokens]`` of one call out; on
+    the engine its ``PYTHONPATH`` names (the tree under test), imported only here."""
     import msgspec
     import torch
 
@@ -65,20 +60,13 @@ def main() -> int:
     a = p.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
 
-    from bench.policy import record_workload
+    from bench.policy_speed import record_workload
+    from collective.studies.gitref import engine_at, python_env
     from policy.tiny import TinyConfig
 
     pool = record_workload(TinyConfig(), "workshop", (2, 4), episodes=8, limit=300.0)
     with tempfile.TemporaryDirectory(prefix="sampler-cost-") as tmp:
-        old = Path(tmp) / "ref"
-        old.mkdir()
-        archive = subprocess.run(
-            ["git", "archive", a.against, "collective", "policy", "worlds"],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        old = engine_at(a.against, Path(tmp) / "ref", ROOT)
         pool_file = Path(tmp) / "pool.pickle"
         pool_file.write_bytes(pickle.dumps(pool))
         trees = {"this": ROOT, a.against: old}
@@ -86,6 +74,7 @@ def main() -> int:
             name: subprocess.Popen(
                 [sys.executable, __file__, "--worker", str(tree), str(pool_file)],
                 cwd=tree,
+                env=python_env(tree),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,

@@ -11,29 +11,20 @@ Three measurements, printed and saved to ``bench/results/worlds/`` (``worlds.jso
 3. **sandbox**: the real time of one repo ``test`` run (a fresh confined Python answering the
    suite's calls), the cost a ``hybrid`` clock charges, with and without namespaces.
 
-Run: ``PYTHONPATH=. python bench/world_costs.py [--quick]``.
+Run: ``python bench/world_costs.py [--quick]``.
 """
 
 from __future__ import annotations
-
-# The path fix below must run before the project's imports:
-# ruff: noqa: E402
-import sys
-from pathlib import Path
-
-# Run as a script, this file's folder heads sys.path, and bench/policy.py would hide the
-# `policy` package from every import below; the repository root goes there instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
 
 import argparse
 import json
 import os
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
 
@@ -48,6 +39,8 @@ from worlds.repo import Repo, escape
 from worlds.repo_tasks import TASKS
 from worlds.sandbox import UNSHARE
 from worlds.workshop import Workshop
+
+_HERE = Path(__file__).resolve().parent
 
 OUT = Path(__file__).parent / "results" / "worlds"
 

@@ -575,15 +575,9 @@ def cmd_study(a: argparse.Namespace) -> int:
 
 @command
 def cmd_experiment(a: argparse.Namespace) -> int:
-    import runpy
+    from collective.studies import signs_of_life
 
-    script = Path(__file__).resolve().parent.parent / "bench" / "signs_of_life.py"
-    if not script.exists():
-        say(f"experiment: {script} not found (run from a checkout of the project)", file=sys.stderr)
-        return 2
-    sys.argv = [str(script), *a.args]
-    runpy.run_path(str(script), run_name="__main__")
-    return 0
+    return signs_of_life.main(a.args)
 
 
 # -- the parser --------------------------------------------------------------------------------

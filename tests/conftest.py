@@ -25,7 +25,7 @@ from trio_timeouts import pytest_runtest_call  # noqa: F401  (a hook: pytest fin
 
 from collective import Episode, EpisodeConfig, run_episode
 from collective.rl.config import TrainConfig
-from collective.rl.rundir import WALL_CLOCK, read_metrics
+from collective.rl.rundir import StepMetrics, read_metrics
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig
@@ -110,7 +110,7 @@ def small_train(**over: object) -> TrainConfig:
 def comparable_metrics(run: Path) -> list[dict]:
     """A run's metrics.jsonl without the wall-clock fields: what a rerun must match exactly."""
     return [
-        {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
+        {k: v for k, v in msgspec.to_builtins(m).items() if k not in StepMetrics.WALL_CLOCK}
         for m in read_metrics(run)
     ]
 

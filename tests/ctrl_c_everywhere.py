@@ -36,7 +36,7 @@ import msgspec
 import trio
 
 from collective import Conductor, EpisodeConfig
-from collective.rl.rundir import WALL_CLOCK
+from collective.rl.rundir import StepMetrics
 from collective.rl.train import Interrupted, load_config, read_metrics, train
 from policy.uniform import RandomPolicy
 
@@ -130,7 +130,7 @@ def training(n: int, config: str, tmp: Path) -> int:
 
     def comparable(run: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
         metrics = [
-            {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
+            {k: v for k, v in msgspec.to_builtins(m).items() if k not in StepMetrics.WALL_CLOCK}
             for m in read_metrics(run)
         ]
         return metrics, {p.name: p.read_bytes() for p in sorted(run.glob("episodes/*.msgpack"))}

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import CLI_AT_A_TERMINAL, SMALL_TOML, ctrl_c_everywhere, scaled
+from conftest import CLI_AT_A_TERMINAL, SMALL_TOML, comparable_metrics, ctrl_c_everywhere, scaled
 from hostile import seal, seal_parts
 
 from collective import EpisodeConfig, run_episode, save_episode
 from collective.cli import main
 from collective.records import encode_episode, episode_file_bytes, episode_parts
-from collective.rl.rundir import WALL_CLOCK, RunDir
+from collective.rl.rundir import RunDir
 from collective.rl.train import load_config, read_metrics, train
 from policy.tiny import TinyConfig, TinyModel
 from policy.tiny.checkpoint import save_checkpoint
@@ -872,13 +872,9 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
         check=True,
     )
 
-    def comparable(path: Path) -> list[dict]:
-        return [
-            {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
-            for m in read_metrics(path)
-        ]
-
-    assert comparable(run) == comparable(whole), "an interrupted run resumes as if never stopped"
+    assert comparable_metrics(run) == comparable_metrics(whole), (
+        "an interrupted run resumes as if never stopped"
+    )
     names = sorted(p.name for p in (whole / "episodes").glob("*.msgpack"))
     for name in names:
         assert (run / "episodes" / name).read_bytes() == (whole / "episodes" / name).read_bytes()

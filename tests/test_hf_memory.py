@@ -3,20 +3,19 @@
 One learner step (the real ``Learner.step``: forward, masked logprobs, loss, backward, AdamW)
 runs in a fresh process on a model with Qwen's 151,936-row vocabulary and a tiny width, and the
 process's peak resident memory above what it held before the step is read back
-(``bench/gpu.py --case``, the same code the GPU benchmark runs). The naive way (every position's
-logits in float32) is measured too, on one sequence, to show the measurement sees such tensors.
+(:mod:`collective.studies.learner_cost`, the same code the GPU benchmark runs). The naive way
+(every position's logits in float32) is measured too, on one sequence, to show the measurement
+sees such tensors.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.gpu import case_in_subprocess
+from collective.studies.learner_cost import case_in_subprocess
 
 GIB = 2**30
 

@@ -10,15 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import pytest
 import torch
+from conftest import comparable_metrics
 from hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 
 from collective import load_episode
-from collective.rl.rundir import WALL_CLOCK
-from collective.rl.train import load_config, read_metrics, train
+from collective.rl.train import load_config, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "llm-cpu.toml"
@@ -93,13 +92,7 @@ def test_same_config_same_run_on_the_hf_path(tmp_path: Path, tiny_lm: Path) -> N
     runs = [tmp_path / "a", tmp_path / "b"]
     for run in runs:
         train(load_config(CONFIG, sets), run, progress=False)
-    metrics = [
-        [
-            {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
-            for m in read_metrics(run)
-        ]
-        for run in runs
-    ]
+    metrics = [comparable_metrics(run) for run in runs]
     assert metrics[0] == metrics[1] and len(metrics[0]) == 2
     names = sorted(p.name for p in (runs[0] / "episodes").glob("*.msgpack"))
     assert names

@@ -35,7 +35,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from conftest import CLI_AT_A_TERMINAL, scaled  # noqa: E402
+from conftest import CLI_AT_A_TERMINAL, comparable_metrics, scaled  # noqa: E402
 
 from collective import load_episode  # noqa: E402
 from collective.rl.cluster import (  # noqa: E402
@@ -43,7 +43,7 @@ from collective.rl.cluster import (  # noqa: E402
     RayRollouts,
 )
 from collective.rl.config import ClusterConfig  # noqa: E402
-from collective.rl.rundir import WALL_CLOCK, episode_key  # noqa: E402
+from collective.rl.rundir import episode_key  # noqa: E402
 from collective.rl.train import (  # noqa: E402
     Interrupted,
     TrainConfig,
@@ -93,13 +93,6 @@ def _ray_cfg(*more: str) -> Any:
     return load_config(ROOT / "configs" / "quick.toml", [*SHORT, "cluster.backend=ray", *more])
 
 
-def _comparable(run: Path) -> list[dict]:
-    return [
-        {k: v for k, v in msgspec.to_builtins(m).items() if k not in WALL_CLOCK}
-        for m in read_metrics(run)
-    ]
-
-
 def _used(run: Path) -> list[str]:
     lines = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines()]
     return [n for line in lines for n in line["used"] + line["dropped"]]
@@ -112,7 +105,7 @@ def _same_run(a: Path, b: Path, episodes: int = 3 * PER_STEP) -> None:
     """Run ``b`` is run ``a``: every non-wall-clock metric, the ledger, every episode byte. A
     difference is reported by name, in a line (pytest's own report of two runs' metrics and
     episode bytes was megabytes, and once crashed pytest itself while it was formatted)."""
-    ma, mb = _comparable(a), _comparable(b)
+    ma, mb = comparable_metrics(a), comparable_metrics(b)
     assert len(ma) == len(mb), f"{len(ma)} steps vs {len(mb)}"
     fields = [
         f"step {x['step']}: {k}" for x, y in zip(ma, mb, strict=True) for k in x if x[k] != y.get(k)

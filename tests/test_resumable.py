@@ -1,5 +1,6 @@
-"""A study re-uses a finished run or measurement only when its digest matches (bench/resumable.py):
-real training runs of a tiny config, a real CLI run killed midway, real measurements."""
+"""A study re-uses a finished run or measurement only when its digest matches
+(collective/studies/resumable.py): real training runs of a tiny config, a real CLI run killed
+midway, real measurements."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
 import numpy as np
-from conftest import small_train
+from conftest import comparable_metrics, small_train
 
-from bench.resumable import cached, run_digest, store, stored_digest, train_digest, train_exact
 from collective.rl.config import TrainConfig, dump_config
 from collective.rl.train import read_metrics
+from collective.studies.resumable import (
+    cached,
+    run_digest,
+    store,
+    stored_digest,
+    train_digest,
+    train_exact,
+)
 from policy.tiny import TinyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,12 +91,7 @@ def test_a_killed_run_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert len(lines) == cfg.steps and lines[0] == first
     whole = tmp_path / "whole"
     assert train_exact(cfg, whole, log=lambda _: None) == "trained"
-    drop = ("wall_time", "learner_tokens_per_s", "learner_seconds", "rollout_batch_mean")  # wall
-
-    def same(m: object) -> dict[str, object]:
-        return {k: v for k, v in msgspec.to_builtins(m).items() if k not in drop}
-
-    assert [same(m) for m in read_metrics(run)] == [same(m) for m in read_metrics(whole)]
+    assert comparable_metrics(run) == comparable_metrics(whole)
     assert train_exact(cfg, run, log=lambda _: None) == "reused"
 
 
@@ -123,9 +125,10 @@ def test_a_measurement_is_reused_only_under_its_own_digest(tmp_path: Path) -> No
 
 
 def test_signs_of_life_measurements_follow_their_run(tmp_path: Path) -> None:
-    """bench/signs_of_life.py's measurement keys: a trained measurement's digest changes when
-    its run is retrained with another config (its config digest and checkpoint change)."""
-    from bench import signs_of_life as sol
+    """collective/studies/signs_of_life.py's measurement keys: a trained measurement's digest
+    changes when its run is retrained with another config (its config digest and checkpoint
+    change)."""
+    from collective.studies import signs_of_life as sol
 
     run = tmp_path / "runs" / "main-s0"
     train_exact(tiny(), run, log=lambda _: None)

@@ -1,5 +1,5 @@
-"""Smoke test of the signs-of-life experiment, run as a user would run it:
-``collective experiment signs-of-life --quick --out DIR`` (real training runs of the tiny policy,
+"""Smoke test of the signs-of-life experiment, run as a user would run it, from an installed
+copy: ``collective experiment signs-of-life --quick`` (real training runs of the tiny policy,
 two steps instead of the full run's sixty). It checks that the pipeline produces every figure, the
 JSON and the README, and that every finding carries what the issue asks of it (value, 95%
 interval, random and untrained baselines, the seed's figure, a verdict by the rule); whether a
@@ -13,6 +13,8 @@ variants are marked slow, run with ``pytest -m slow tests/test_signs_of_life.py`
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,17 +34,45 @@ FIGURES = (
 )
 
 
+#: ``collective ARGS`` with this checkout off the path: the editable install's finder and the
+#: checkout's root (scripts/setup) left out, so only ``PYTHONPATH``'s copy can be imported.
+_INSTALLED = f"""
+import sys
+sys.path[:] = [p for p in sys.path if p.rstrip("/") != {str(ROOT)!r}]
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+import collective
+from collective.cli import main
+print(collective.__file__, file=sys.stderr)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def installed_copy(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of ``collective`` from an installed copy: the three
+    packages alone (no bench/, no checkout) in a folder of their own, heading the path."""
+    site = tmp_path / "site"
+    for pkg in ("collective", "policy", "worlds"):
+        shutil.copytree(ROOT / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    return [sys.executable, "-c", _INSTALLED], {**os.environ, "PYTHONPATH": str(site)}
+
+
 def _experiment(tmp_path: Path, *args: str) -> tuple[Path, dict]:
-    out = tmp_path / "sol"
-    cli = [sys.executable, "-m", "collective.cli"]
+    """``collective experiment signs-of-life --quick ARGS`` from an installed copy, run in a
+    working directory of its own; its results go to the default ``--out`` there."""
+    cli, env = installed_copy(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
     done = subprocess.run(
-        [*cli, "experiment", "signs-of-life", "--quick", *args, "--out", str(out)],
+        [*cli, "experiment", "signs-of-life", "--quick", *args],
         capture_output=True,
         text=True,
         timeout=900,
-        cwd=tmp_path,  # the command finds the script from the package, not the working directory
+        cwd=work,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert str(tmp_path / "site" / "collective" / "__init__.py") in done.stderr, "not the copy"
+    out = work / "signs_of_life"  # the default --out, away from a checkout
     for name in FIGURES:
         assert (out / name).stat().st_size > 10_000, name
     summary = json.loads((out / "summary.json").read_text())
@@ -139,8 +169,8 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     """The check the full run reports (``orchestrator_frozen``) on real one-step runs: the
     orchestrator's sub-agents answer with the frozen policy and only agent 0's tokens are
     trained; a flat team, where every agent answers with the trained policy, fails it."""
-    from bench.signs_of_life import frozen_check, limit_share, variants
     from collective.rl.train import TrainConfig, train
+    from collective.studies.signs_of_life import frozen_check, limit_share, variants
 
     specs = variants(quick=True, steps=1)
     runs = {}
@@ -163,8 +193,8 @@ def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() 
     and the Holm family is PRIMARY whatever was run."""
     import numpy as np
 
-    from bench.signs_of_life import PRIMARY, contrast, finding, judge_findings, versus
     from collective.studies.intervals import seed_interval
+    from collective.studies.signs_of_life import PRIMARY, contrast, finding, judge_findings, versus
 
     main = np.array([[1.0, 1.2], [5.0, 5.1], [9.0, 9.3]])  # seeds 0, 1, 2: seed effects
     variant = np.array([[0.5, 0.6], [8.4, 8.9]])  # seeds 0 and 2 only

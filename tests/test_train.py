@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collective import Conductor, EpisodeConfig, load_episode, run_episodes
-from collective.rl import rundir
 from collective.rl.train import (
     episode_key,
     episode_name,
@@ -87,9 +86,8 @@ def test_the_main_job_reruns_bit_exact_on_a_loaded_machine(tmp_path: Path) -> No
     once with ``OMP_NUM_THREADS`` unset and once set to 1 (and each a new process, so another
     hash seed): every metric but the wall-clock ones the same, every episode file the same bytes
     (``bench/rerun.py`` does the same with the whole job, and a run killed twice)."""
-    from bench.rerun import WALL_CLOCK, differences, loaded
+    from collective.studies.rerun import differences, loaded
 
-    assert WALL_CLOCK == rundir.WALL_CLOCK, "bench/rerun.py's copy of the wall-clock fields"
     short = ("steps=3", "groups_per_step=2", "group_size=2", "max_output_tokens=12")
     quick = [sys.executable, "-m", "collective.cli", "train", str(ROOT / "configs" / "quick.toml")]
     for run, delay, omp in ((tmp_path / "a", 0.0, None), (tmp_path / "b", 1.5, "1")):

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import msgspec
 import torch
@@ -68,15 +68,14 @@ def bucket(team: int) -> str:
     return "5-8" if team <= 8 else "9+"
 
 
-# The fields of StepMetrics that the wall clock decides (how long things took, how requests
-# happened to share a batch): a rerun of a config matches its run in every other field.
-WALL_CLOCK = frozenset(
-    {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
-)
-
-
 class StepMetrics(msgspec.Struct, kw_only=True):
     """One line of metrics.jsonl: the signs of life of one training step."""
+
+    #: The fields the wall clock decides (how long things took, how requests happened to share
+    #: a batch): a rerun of a config matches its run in every other field.
+    WALL_CLOCK: ClassVar[frozenset[str]] = frozenset(
+        {"wall_time", "learner_seconds", "learner_tokens_per_s", "rollout_batch_mean"}
+    )
 
     step: int
     version: int  # the learner's version after this step

@@ -18,23 +18,12 @@ Three measurements, printed and saved to ``bench/results/policy/`` (``policy.jso
    latency preset, the one training uses).
 
 The figures move with the machine's load (this one is shared): the JSON records the load
-average before and after. Run: ``PYTHONPATH=. python bench/policy.py [--quick]``; another
+average before and after. Run: ``python bench/policy_speed.py [--quick]``; another
 model shape with ``--set FIELD=INT`` (repeatable) and its own ``--out`` folder, e.g. the previous
 default: ``--set d_model=96 --set d_ff=256 --out bench/results/policy-d96``.
 """
 
 from __future__ import annotations
-
-# The path fix below must run before the project's imports:
-# ruff: noqa: E402
-import sys
-from pathlib import Path
-
-# Run as a script, this file's folder heads sys.path, and this file's name would hide the
-# `policy` package from every import below; the repository root goes there instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
 
 import argparse
 import json
@@ -42,6 +31,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 import torch
@@ -52,6 +42,8 @@ from collective.base.latency import PRESETS
 from collective.base.seeding import derive
 from policy.base import PolicyRequest, PolicyResponse
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+
+_HERE = Path(__file__).resolve().parent
 
 OUT = Path(__file__).parent / "results" / "policy"
 TARGET = 20.0

@@ -1,6 +1,6 @@
 """Resuming a study run by run: a finished result is re-used only when it was made exactly so.
 
-A study (``bench/signs_of_life.py``, ``bench/city_study.py``) is many training runs and
+A study (:mod:`collective.studies.signs_of_life`, ``bench/city_study.py``) is many training runs and
 measurements, hours on 2 cores, and it must survive being stopped. Each result is keyed by a
 *digest*: a BLAKE2b hash over everything it is a function of, written beside it.
 
