@@ -30,7 +30,7 @@ from 151,936 rows, as a real model's padded rows are masked. Speed does not depe
 weights' values.
 
 ``--case JSON`` runs one learner case and prints its result (what the parent runs in a
-subprocess); ``tests/test_hf_memory.py`` uses it too.
+subprocess); ``tests/policy/test_hf_memory.py`` uses it too.
 """
 
 from __future__ import annotations

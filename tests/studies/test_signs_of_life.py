@@ -7,7 +7,7 @@ finding reproduces is the full run's business (``bench/results/signs_of_life/``)
 test's.
 
 The suite runs the main run alone (``--only main``: every finding but the ablations); all seven
-variants are marked slow, run with ``pytest -m slow tests/test_signs_of_life.py``.
+variants are marked slow, run with ``pytest -m slow tests/studies/test_signs_of_life.py``.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ grammar the server rejects) and ``"unavailable-first"`` (aborted with status 503
 
 In-process: ``FakeSGLang(model_dir, deterministic=True).start()``; as a process (what
 ``SGLangServer.launch`` starts in place of ``sglang serve`` in the tests): ``python
-tests/sglang_fake.py --model-path DIR --host 127.0.0.1 --port P`` plus the real flags it knows
-(``--enable-deterministic-inference``, ``--api-key``, ``--dp-size``, ``--tp-size``,
+tests/support/sglang_fake.py --model-path DIR --host 127.0.0.1 --port P`` plus the real flags it
+knows (``--enable-deterministic-inference``, ``--api-key``, ``--dp-size``, ``--tp-size``,
 ``--mem-fraction-static``, ``--attention-backend``) and its own (``--fake-startup SECONDS``,
 ``--fake-decode-delay SECONDS``, ``--fake-legacy``). Any other flag exits with code 2, as the
 real argument parser does. Each /generate prints one line (``generate N prompts``) to stdout, so

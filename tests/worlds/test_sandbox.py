@@ -481,7 +481,7 @@ def test_hostile_program_gets_its_verdict(name: str, config: str, targets: Targe
 
 def test_the_table_holds_every_finding_and_kind_of_attack() -> None:
     """The issue's findings and the kinds of attack the sandbox is meant to stop: each has a
-    row. (Count: ``pytest tests/test_sandbox.py -k hostile``.)"""
+    row. (Count: ``pytest tests/worlds/test_sandbox.py -k hostile``.)"""
     names = " ".join(HOSTILE).lower()
     for kind in (
         "report a pass then exit (the finding)",

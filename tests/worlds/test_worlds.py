@@ -37,8 +37,8 @@ from worlds.repo import Repo
 from worlds.workshop import Workshop
 
 GARDEN = f"{ROOT / 'examples' / 'garden.py'}:Garden"
-# These tests are about the repo world, not its sandbox (tests/test_sandbox.py): they run where
-# the machine has no user namespaces too, opted in, and use them where it has.
+# These tests are about the repo world, not its sandbox (tests/worlds/test_sandbox.py): they run
+# where the machine has no user namespaces too, opted in, and use them where it has.
 REPO = {"allow_without_namespaces": True}
 # Every world with parameters that keep a random-policy episode short. The repo world runs real
 # test suites; its scale checks put many agents on copies of the package (team_size).
@@ -467,7 +467,8 @@ def test_repo_a_team_copy_cannot_fill_the_disk() -> None:
 
 def test_repo_forged_test_results_score_nothing() -> None:
     """The finding: package code that reported passes from inside the test runner, then left,
-    scored 1.0. Verdicts are the engine's now (tests/test_sandbox.py tries many more forgeries)."""
+    scored 1.0. Verdicts are the engine's now (tests/worlds/test_sandbox.py tries many more
+    forgeries)."""
     from worlds.repo import escape
 
     forged = (
