@@ -2,7 +2,7 @@
 designs of
 the signs-of-life shape: S training seeds x 16 held-out instances, figure = seed effect (sd
 ``sd_seed``) + instance noise (sd 1), true mean 0. The figures behind intervals.py's docstring
-(and tests/test_intervals.py, which asserts them on fewer replicates):
+(and tests/studies/test_intervals.py, which asserts them on fewer replicates):
 
 - ``old``: the project's earlier ``bootstrap`` over seeds x instances (percentile);
 - ``t``: ``seed_interval``, Student-t over the per-seed means;

@@ -30,7 +30,7 @@ from 151,936 rows, as a real model's padded rows are masked. Speed does not depe
 weights' values.
 
 ``--case JSON`` runs one learner case and prints its result; the cases themselves, each run in
-a fresh process, are :mod:`collective.studies.learner_cost` (``tests/test_hf_memory.py`` runs
+a fresh process, are :mod:`collective.studies.learner_cost` (``tests/policy/test_hf_memory.py`` runs
 them too).
 """
 

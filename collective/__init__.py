@@ -1,6 +1,7 @@
 """collective: an actor-model simulation engine for training agent collectives with RLCR.
 
-The floors, bottom up; each imports only the floors below it (``tests/test_import_graph.py``):
+The floors, bottom up; each imports only the floors below it
+(``tests/project/test_import_graph.py``):
 
     base/      plain data: actions, seeded streams, latency, primitives, logging, file writes
     records/   what an episode is (schema) and how it is kept (file format, streaming reader)

@@ -2,7 +2,7 @@
 
 Actions and their spaces, seeded random streams, the latency model, the communication
 primitives, logging and the one way files are written and read. ``policy/`` may import these
-and nothing else of ``collective`` (``tests/test_import_graph.py`` holds that).
+and nothing else of ``collective`` (``tests/project/test_import_graph.py`` holds that).
 """
 
 from collective.base.actions import (

@@ -12,7 +12,7 @@ untrained policy through the same protocol) and, where the claim has a size, cle
 That bootstrap, and that rule, do not hold with a few seeds: with 3 training seeds a "95%"
 bootstrap over seeds x instances covers the truth well under 95% of the time when seeds differ
 (bench/coverage.py; the table is in bench/results/coverage/README.md, and
-tests/test_intervals.py asserts it), and two intervals that must not overlap ignore that
+tests/studies/test_intervals.py asserts it), and two intervals that must not overlap ignore that
 trained and untrained share seeds and instances. The statistics findings are judged by now:
 
 - ``paired``: per-(seed, instance) differences, the trained policy against the same seed's

@@ -1,6 +1,6 @@
 """One RLCR learner step on the Hugging Face path, timed and its peak memory measured, each
 case in a fresh process: what ``bench/gpu.py`` measures ({chunked, naive} logprobs x {full,
-LoRA}: its docstring) and ``tests/test_hf_memory.py`` asserts.
+LoRA}: its docstring) and ``tests/policy/test_hf_memory.py`` asserts.
 
 A case is a dict (``shape``, ``tokenizer``, ``device``, ``dtype``, ``mode``, ``lora``,
 ``batch``, ``tokens``, ``outputs``, ``logit_chunk``, ``repeats``); :func:`case_in_subprocess`

@@ -21,7 +21,7 @@ positions' rows are kept, and their logits are made ``logit_chunk`` positions at
 reduced to the selected token's logprob and the entropy, and dropped; each chunk runs under
 activation checkpointing, so its ``[chunk, vocab]`` logits are recomputed in the backward pass
 instead of kept. Peak memory for the logits is a few ``logit_chunk x vocab`` float32 tensors,
-whatever the batch (``tests/test_hf_memory.py`` measures it).
+whatever the batch (``tests/policy/test_hf_memory.py`` measures it).
 
 LoRA (``lora_rank > 0``, through ``peft``): only the adapters train; :meth:`reference` (the KL
 term's initial policy) is the same module with its adapters disabled, not a copy. :meth:`save`

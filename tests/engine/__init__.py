@@ -1,0 +1,1 @@
+"""Tests of ``collective.engine``: determinism, time, batching, organisations, hot paths."""

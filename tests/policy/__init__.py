@@ -1,0 +1,1 @@
+"""Tests of ``policy/``: the tiny, Hugging Face and SGLang policies and their grammars."""

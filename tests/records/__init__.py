@@ -1,0 +1,1 @@
+"""Tests of ``collective.records``: the episode file, its streaming, integrity and signs."""

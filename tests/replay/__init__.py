@@ -1,0 +1,1 @@
+"""Tests of ``collective.replay``: replay, fork and diff."""

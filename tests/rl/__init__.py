@@ -1,0 +1,1 @@
+"""Tests of ``collective.rl``: the RLCR loop, its math, config, run directory, loggers, Ray."""

@@ -1,0 +1,1 @@
+"""Tests of ``collective.studies`` and the studies bench/ runs: scale, city, signs of life."""

@@ -1,0 +1,128 @@
+"""What an author runs on a world: ``collective check`` (bugs, determinism, and whether a random
+team leaves a policy something to learn) and ``collective show --observations`` (what each agent
+saw). Real episodes throughout; the verdicts are checked on worlds built to be each case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from collective import EpisodeConfig, load_episode, run_episode
+from collective.base.latency import PRESETS
+from collective.cli import main
+from collective.studies.check import check_world, score_before
+from policy.uniform import RandomPolicy
+from tests.support import FRAGILE, ROOT
+
+GARDEN = f"{ROOT / 'examples' / 'garden.py'}:Garden"
+QUICK = ["--agents", "3", "--seeds", "2", "--rollouts", "3"]
+
+
+def test_check_a_sound_world_prints_its_findings_and_the_random_teams_scores(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["check", GARDEN, *QUICK, "--time-limit", "160"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"check {GARDEN}: 3 agents, 2 world seeds x 3 rollouts")
+    assert [line[:4] for line in out[1:5]] == ["ok  "] * 4
+    assert "2 tools (water, harvest)" in out[1] and "replay identical" in out[3]
+    rows = [line.split() for line in out if line.startswith("  ") and line.rstrip().endswith("%")]
+    assert [r[0] for r in rows] == ["40", "80", "160"]
+    means = [float(r[2]) for r in rows]
+    assert means == sorted(means), "a monotone world's random team only gains with time"
+    assert out[-2].startswith("verdict: something to learn at 160 s")
+
+
+@pytest.mark.parametrize(
+    ("world", "params", "limit", "verdict"),
+    [
+        (f"{FRAGILE}:Stuck", {}, 120, "nothing to learn at 120 s: no random rollout scored"),
+        ("tally", {"target": 1}, 240, "saturated: a random team already scores 1.000 by 60 s"),
+        ("tally", {"target": 1}, 120, "little to learn at 120 s: a random team nearly finishes"),
+        ("tally", {}, 120, "something to learn at 120 s"),
+        # a mean of 0.020 with a spread, but one rollout in six scored: most groups are all 0
+        ("market", {}, 200, "too little to learn at 200 s: only 17% of random rollouts scored"),
+    ],
+)
+def test_check_says_whether_a_world_gives_a_policy_something_to_learn(
+    world: str, params: dict, limit: float, verdict: str
+) -> None:
+    report = check_world(world, params, agents=2, seeds=2, rollouts=3, time_limit=limit)
+    assert report.ok, report.lines()
+    assert report.verdict.startswith(verdict), report.verdict
+
+
+def test_check_claims_nothing_of_a_world_that_raised_and_exits_as_run_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["check", f"{FRAGILE}:Faulty", "--param", "bug=score", *QUICK])
+    out, err = capsys.readouterr()
+    assert code == 2  # as `collective run` exits on a world error
+    assert err.count("\n") == 1 and "score() returned 1.5" in err
+    assert "FAIL  6 of 6 episodes ended world_error" in out
+    # no episode ran to its end: nothing is ok about its score or its determinism
+    assert "score in [0, 1]" not in out and "deterministic" not in out, out
+    assert "not checked until the world error is fixed" in out
+    assert "verdict" not in out
+
+
+def test_check_states_the_rule_of_its_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "tally", *QUICK, "--time-limit", "60"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("verdict: something to learn at 60 s")
+    assert out[-1] == (
+        "  (something to learn: at least 25% of rollouts score, a spread within a world seed, "
+        "and a mean under 0.95)"
+    )
+
+
+@pytest.mark.parametrize("world", ["wildfire", GARDEN, "market"])
+def test_the_score_at_a_shorter_limit_is_what_an_episode_cut_there_ends_with(world: str) -> None:
+    cfg = EpisodeConfig(
+        world=world, agents=3, world_seed=2, time_limit=240, latency=PRESETS["tiny"]
+    )
+    whole = run_episode(cfg, RandomPolicy())
+    for limit in (17.3, 60.0, 120.0, 239.0):
+        cut = run_episode(msgspec.structs.replace(cfg, time_limit=limit), RandomPolicy())
+        assert score_before(whole, limit) == cut.score, limit
+
+
+def test_show_observations_prints_what_each_agent_saw_and_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ep.msgpack"
+    assert main(["run", "wildfire", "--agents", "2", "--time-limit", "200", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["show", str(out), "--observations", "--agent", "1"]) == 0
+    text = capsys.readouterr().out
+    ep = load_episode(out)
+    turns = [t for t in ep.turns if t.agent == 1]
+    assert text.count(" agent 1 turn ") == len(turns) and " agent 0 turn " not in text
+    for t in turns:  # every prompt, line by line, and the answer it got
+        assert all(f"| {line}\n" in text for line in t.prompt.split("\n"))
+        assert f"decides: {t.text!r}" in text
+    assert "fire at p" in text, "the world's posts are among what agents saw"
+    assert main(["show", str(out), "--observations", "--limit", "3"]) == 0
+    assert capsys.readouterr().out.count(" sees:\n") == 3
+
+
+def test_a_world_bug_run_writes_the_episode_and_show_names_the_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bug.msgpack"
+    world = f"{FRAGILE}:Faulty"
+    assert main(["run", world, "--param", "bug=event", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the episode is in {out}" in err
+    assert "Faulty.boom (world event) raised RuntimeError: boom 7 at fragile.py:" in err
+    ep = load_episode(out)
+    assert ep.end == "world_error"
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "world event: boom(7)" in shown and "WORLD ERROR: Faulty.boom (world event)" in shown
+    assert shown.rstrip().endswith(
+        "raised RuntimeError: boom 7 at " + err.split(" at ")[-1].split(";")[0]
+    )
+    assert main(["replay", str(out), "--world", world]) == 0

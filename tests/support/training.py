@@ -1,0 +1,61 @@
+"""A training run small enough for a test (a few seconds a step on the tally world), as a
+``TrainConfig`` and as a config file, and what a rerun of it must match."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from collective.rl.config import TrainConfig
+from collective.rl.rundir import StepMetrics, read_metrics
+from policy.tiny import TinyConfig
+
+SMALL_TRAIN = dict(
+    world="tally",
+    params={"target": 12},
+    team_sizes=(1, 3),
+    groups_per_step=2,
+    group_size=3,
+    time_limit_start=60.0,
+    time_limit_end=60.0,
+    concurrency=6,
+    max_output_tokens=12,
+    plots=False,
+    model=TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96),
+)
+
+# The same run as a config file, for the command line.
+SMALL_TOML = """
+world = "tally"
+params = {target = 12}
+team_sizes = [1, 3]
+steps = 2
+groups_per_step = 2
+group_size = 3
+time_limit_start = 60.0
+time_limit_end = 60.0
+concurrency = 6
+max_output_tokens = 12
+plots = false
+
+[model]
+d_model = 32
+n_layers = 1
+n_heads = 2
+d_ff = 64
+context = 96
+"""
+
+
+def small_train(**over: object) -> TrainConfig:
+    """``SMALL_TRAIN`` with ``over`` set."""
+    return TrainConfig(**{**SMALL_TRAIN, **over})  # type: ignore[arg-type]
+
+
+def comparable_metrics(run: Path) -> list[dict]:
+    """A run's metrics.jsonl without the wall-clock fields: what a rerun must match exactly."""
+    return [
+        {k: v for k, v in msgspec.to_builtins(m).items() if k not in StepMetrics.WALL_CLOCK}
+        for m in read_metrics(run)
+    ]

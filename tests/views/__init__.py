@@ -1,0 +1,1 @@
+"""Tests of ``collective.views``: Chrome traces and swimlanes."""

@@ -1,0 +1,1 @@
+"""Tests of ``collective.world``: declaring worlds and actions, world errors and events."""
