@@ -270,6 +270,9 @@ class RayRollouts(Rollouts):
         self.next_step = first_step  # the first step not yet dealt to workers
         self.workers: list[Any] = []
         self.generation: list[int] = []  # bumped on every replacement of worker k
+        # Set while worker k's replacement is being checked: its other shares wait on it, since
+        # a run sent to the new worker before its check would find nothing built.
+        self._replacing: dict[int, trio.Event] = {}
         self.replaced = 0  # workers replaced after dying (for the log and the tests)
         self.batches = self.requests = 0  # the workers' policy batches, summed
         self._actor: Any = None
@@ -427,6 +430,8 @@ class RayRollouts(Rollouts):
         left = {(g, i): c for g, i, c in share}
         fruitless = 0
         while left:
+            while (replacing := self._replacing.get(k)) is not None:
+                await replacing.wait()
             worker, gen = self.workers[k], self.generation[k]
             versions = {c.policy_version for c in left.values()} - {-1}
             refs = {v: self.refs[v] for v in versions}
@@ -461,11 +466,16 @@ class RayRollouts(Rollouts):
     async def _replace(self, k: int, why: BaseException) -> None:
         self.generation[k] += 1
         self.replaced += 1
+        self._replacing[k] = ready = trio.Event()
         log.warning("rollout worker died; replacing it", worker=k, why=_one_line(why))
         with contextlib.suppress(Exception):  # it is dead already, as a rule
             self.ray.kill(self.workers[k])
-        self.workers[k] = self._new_worker()
-        await trio.to_thread.run_sync(self._checked, k, self.workers[k], abandon_on_cancel=True)
+        try:
+            self.workers[k] = self._new_worker()
+            await trio.to_thread.run_sync(self._checked, k, self.workers[k], abandon_on_cancel=True)
+        finally:
+            del self._replacing[k]
+            ready.set()
 
     def _stream(
         self,
