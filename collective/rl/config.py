@@ -123,6 +123,14 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     f"train config: backend = 'tiny' ignores {given} (backend = 'hf' settings): "
                     "drop them or set backend = 'hf'"
                 )
+        if self.advantage != "turn":
+            idle = [f for f in TURN_ONLY if getattr(self, f) != _TURN_DEFAULTS[f]]
+            if idle:
+                given = ", ".join(f"{f} = {getattr(self, f)!r}" for f in idle)
+                raise ValueError(
+                    f"train config: advantage = {self.advantage!r} ignores {given} "
+                    "(advantage = 'turn' settings): drop them or set advantage = 'turn'"
+                )
         # Fresh weights are a function of the run's seed, like everything else in the run.
         self.model = msgspec.structs.replace(self.model, seed=self.seed)
 
@@ -201,6 +209,13 @@ HF_ONLY = (
     "logit_chunk",
     "hf_batch",
 )
+#: The settings only ``advantage = "turn"`` reads. Under any other advantage they are held at
+#: their defaults (refused otherwise) and left out of a run's study digest: they cannot change
+#: such a run, and leaving them out keeps every run made before they existed valid.
+TURN_ONLY = ("fork_turns", "fork_samples", "fork_horizon")
+_TURN_DEFAULTS = {
+    f.name: f.default for f in msgspec.structs.fields(TrainConfig) if f.name in TURN_ONLY
+}
 _HF_DEFAULTS = TrainConfig(backend="hf")
 
 

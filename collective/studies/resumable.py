@@ -4,8 +4,8 @@ A study (:mod:`collective.studies.signs_of_life`, ``bench/city_study.py``) is ma
 measurements, hours on 2 cores, and it must survive being stopped. Each result is keyed by a
 *digest*: a BLAKE2b hash over everything it is a function of, written beside it.
 
-- A training run's digest covers the full resolved :class:`TrainConfig` (every field, defaults
-  included, as ``msgspec`` encodes it), written to ``RUN/config.digest``. A run whose digest
+- A training run's digest covers the full resolved :class:`TrainConfig` (every field it reads,
+  defaults included, as ``msgspec`` encodes it), written to ``RUN/config.digest``. A run whose digest
   matches and that finished every step is re-used as it is; one that matches but stopped midway
   is resumed (``train(..., resume=True)``, what ``collective train --resume`` does), never
   restarted; one whose digest differs (or that has none and whose ``config.toml`` says another
@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from collective.rl.config import TrainConfig, load_config
+from collective.rl.config import TURN_ONLY, TrainConfig, load_config
 from collective.rl.train import read_metrics, train
 
 
@@ -40,8 +40,12 @@ def digest(*parts: Any) -> str:
 
 
 def train_digest(cfg: TrainConfig) -> str:
-    """The digest of a training run: its full resolved config, every field."""
-    return digest("train", cfg)
+    """The digest of a training run: its full resolved config, every field it reads (the
+    turn-credit settings only under ``advantage = "turn"``: :data:`TURN_ONLY`)."""
+    fields = msgspec.to_builtins(cfg)
+    if cfg.advantage != "turn":
+        fields = {k: v for k, v in fields.items() if k not in TURN_ONLY}
+    return digest("train", fields)
 
 
 def file_digest(path: Path) -> str:

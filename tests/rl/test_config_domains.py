@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collective.rl.config import DOMAINS, HF_ONLY, STRINGS, TrainConfig, load_config
+from collective.rl.config import DOMAINS, HF_ONLY, STRINGS, TURN_ONLY, TrainConfig, load_config
 
 
 def finite_positive(x: float) -> bool:
@@ -124,6 +124,8 @@ def _check(base: Path, name: str, value: int | float) -> None:
     settings_ = [f"{name}={_toml(value)}"]
     if name in HF_ONLY:  # (with the tiny backend they are refused for doing nothing)
         settings_.append('backend="hf"')
+    if name in TURN_ONLY:  # (and these without advantage = "turn")
+        settings_.append('advantage="turn"')
     fits_type = isinstance(value, int) or HINTS[name] is float
     try:
         cfg = load_config(base, settings_)

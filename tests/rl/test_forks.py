@@ -98,3 +98,16 @@ def test_fork_settings_are_checked_at_the_boundary() -> None:
     for field, bad in (("fork_turns", 0), ("fork_samples", 0), ("fork_horizon", -1.0)):
         with pytest.raises(ValueError, match=field):
             TrainConfig(**{field: bad})
+
+
+def test_fork_settings_are_refused_where_they_would_do_nothing() -> None:
+    """Under any advantage but "turn" the fork settings are read by nothing: set, they are
+    refused (naming them), and a study's run digest leaves them out, so runs made before
+    they existed stay valid; under "turn" the digest covers them."""
+    from collective.studies.resumable import train_digest
+
+    with pytest.raises(ValueError, match=r"advantage = 'collective' ignores fork_samples = 3"):
+        TrainConfig(fork_samples=3)
+    assert train_digest(TrainConfig()) == train_digest(TrainConfig(seed=0))
+    turn = TrainConfig(advantage="turn")
+    assert train_digest(turn) != train_digest(TrainConfig(advantage="turn", fork_samples=3))

@@ -139,3 +139,17 @@ def test_signs_of_life_measurements_follow_their_run(tmp_path: Path) -> None:
     train_exact(tiny(learning_rate=0.5), run, log=lambda _: None)
     k2, s2 = sol.measure_key(tmp_path, part, 2)
     assert k2 != k1 and s2["checkpoint"] != s1["checkpoint"]
+
+
+def test_the_committed_runs_keep_their_digests() -> None:
+    """Every run committed under bench/results was stamped with the digest of its config; a
+    field added to TrainConfig since (at a value that cannot change the run) must not change
+    that digest, or a checkout would train every committed run again."""
+    from collective.rl.config import load_config
+    from tests.support import ROOT
+
+    runs = sorted((ROOT / "bench" / "results").glob("*/runs/*/config.digest"))
+    assert runs, "no committed run with a digest"
+    for stamp in runs:
+        cfg = load_config(stamp.parent / "config.toml")
+        assert train_digest(cfg) == stamp.read_text().strip(), stamp.parent
