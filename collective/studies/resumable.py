@@ -5,7 +5,8 @@ measurements, hours on 2 cores, and it must survive being stopped. Each result i
 *digest*: a BLAKE2b hash over everything it is a function of, written beside it.
 
 - A training run's digest covers the full resolved :class:`TrainConfig` (every field it reads,
-  defaults included, as ``msgspec`` encodes it), written to ``RUN/config.digest``. A run whose digest
+  defaults included, as ``msgspec`` encodes it; the turn-credit settings only where
+  ``advantage = "turn"`` reads them), written to ``RUN/config.digest``. A run whose digest
   matches and that finished every step is re-used as it is; one that matches but stopped midway
   is resumed (``train(..., resume=True)``, what ``collective train --resume`` does), never
   restarted; one whose digest differs (or that has none and whose ``config.toml`` says another
