@@ -123,6 +123,12 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     f"train config: backend = 'tiny' ignores {given} (backend = 'hf' settings): "
                     "drop them or set backend = 'hf'"
                 )
+        if self.advantage == "turn" and self.hf_server:
+            raise ValueError(
+                "train config: advantage = 'turn' needs the weights of the version that played "
+                "each episode, which a server holding one version at a time does not keep: "
+                "drop hf_server or use another advantage"
+            )
         if self.advantage != "turn":
             idle = [f for f in TURN_ONLY if getattr(self, f) != _TURN_DEFAULTS[f]]
             if idle:

@@ -125,6 +125,9 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     talk_per_agent_second: float = 0.0  # message and post tokens / the agents' seconds alive
     talk_rel: dict[str, float] = {}  # talk tokens per rollout / this step's average
     talk_per_agent_second_by_team: dict[str, float] = {}
+    # advantage = "turn": the fork rollouts this step ran for its turns' credit (collective/rl/
+    # forks.py), the extra episodes to count against the step's own when schemes are compared
+    fork_rollouts: int = 0
 
 
 class Ledger(msgspec.Struct):

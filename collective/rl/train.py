@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import trio
 
+from collective.base.seeding import derive
 from collective.engine.conductor import lone_error
 from collective.engine.limits import (
     AGENT_BYTES,
@@ -49,6 +50,7 @@ from collective.rl.backend import make_backend
 from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_node
 from collective.rl.config import TrainConfig, dump_config, load_config, time_limit_at
 from collective.rl.credit import leave_one_out
+from collective.rl.forks import group_turn_advantages
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
 from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts, team_config, team_size
@@ -83,6 +85,7 @@ __all__ = [
     "read_metrics",
     "stale_weight",
     "step_samples",
+    "step_turn_credit",
     "time_limit_at",
     "train",
     "validate",
@@ -135,6 +138,40 @@ def group_credits(groups: list[list[Episode]]) -> list[list[dict[int, float]]]:
         out.append(flat[i : i + len(g)])
         i += len(g)
     return out
+
+
+def step_turn_credit(
+    cfg: TrainConfig,
+    step: int,
+    groups: list[list[Episode]],
+    backend: Any,
+    model: Any,
+    serving_weights: dict[int, Any],
+) -> tuple[list[list[dict[int, float]]], int]:
+    """``advantage = "turn"``: every episode's forked turns' advantages (``collective.rl.forks``)
+    and the fork rollouts run. An episode is forked with the weights of the version that played
+    it (a pinned backend keeps them in ``serving_weights``), so a fork re-samples the turn from
+    the distribution it was drawn from; the forks' seeds are derived from the run's seed and the
+    step, so a resumed or repeated run forks alike."""
+    policies: dict[int, Any] = {}
+
+    def policy_of(ep: Episode) -> Any:
+        versions = {t.version for t in ep.turns if t.policy == "trained" and t.token_ids}
+        v = max(versions, default=max(serving_weights))
+        if v not in serving_weights:
+            raise RuntimeError(f"advantage = 'turn': version {v}'s weights are no longer kept")
+        if v not in policies:
+            policies[v] = backend.policy_for(model, serving_weights[v], v)
+        return policies[v]
+
+    return group_turn_advantages(
+        groups,
+        policy_of,
+        turns=cfg.fork_turns,
+        samples=cfg.fork_samples,
+        horizon=cfg.fork_horizon,
+        seed=derive(cfg.seed, step),
+    )
 
 
 def stale_weight(cfg: TrainConfig, staleness: int) -> float | None:
@@ -315,6 +352,12 @@ def validate(cfg: TrainConfig) -> None:
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
     check_training(cfg, resolve_world(cfg.world))
+    if cfg.advantage == "turn" and make_organisation(cfg.org).name == "orchestrator":
+        raise ValueError(
+            "advantage = 'turn' with org = 'orchestrator': a fork answers every agent with the "
+            "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
+            "weights; use another advantage or another org"
+        )
     first_group = {team: g for g, team in reversed(list(enumerate(cfg.team_sizes)))}
     for g in sorted(first_group.values()):
         check_runnable(team_config(cfg, g, 0, 0))
@@ -457,10 +500,15 @@ def _train(
         async with rollouts.running():
             for step in range(state.step, cfg.steps):
                 groups = await rollouts.groups(step)
-                credits = None
+                credits = turn_credit = None
+                fork_rollouts = 0
                 if cfg.advantage == "individual":  # counterfactual re-runs, off the event loop
                     credits = await trio.to_thread.run_sync(group_credits, groups)
-                samples, m, used = step_samples(cfg, step, groups, credits)
+                elif cfg.advantage == "turn":  # forks, off the event loop too
+                    turn_credit, fork_rollouts = await trio.to_thread.run_sync(
+                        step_turn_credit, cfg, step, groups, backend, model, serving_weights
+                    )
+                samples, m, used = step_samples(cfg, step, groups, credits, turn_credit)
                 # (Any: its floats go to StepMetrics by name, which a checker cannot follow.)
                 stats: dict[str, Any] = await trio.to_thread.run_sync(learner.step, samples)
                 version = step + 1
@@ -475,6 +523,7 @@ def _train(
                     version=version,
                     rollout_batch_mean=rollouts.batch_mean,
                     wall_time=time.perf_counter() - t_start,
+                    fork_rollouts=fork_rollouts,
                     **m,
                     **stats,
                 )

@@ -6,6 +6,8 @@ forked turns their own advantage and every other turn its rollout's flat one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from collective import EpisodeConfig, run_episodes
@@ -111,3 +113,43 @@ def test_fork_settings_are_refused_where_they_would_do_nothing() -> None:
     assert train_digest(TrainConfig()) == train_digest(TrainConfig(seed=0))
     turn = TrainConfig(advantage="turn")
     assert train_digest(turn) != train_digest(TrainConfig(advantage="turn", fork_samples=3))
+
+
+def test_a_turn_credit_run_forks_each_rollout_and_reruns_alike(tmp_path: Path) -> None:
+    """``advantage = "turn"`` in a real training run: every step forks each rollout's sampled
+    turns ``fork_samples`` times (counted in ``fork_rollouts``), and the run, forks included,
+    is a function of its config: a rerun writes the same metrics."""
+    from collective.records import load_episode
+    from collective.rl.rundir import episode_name
+    from collective.rl.train import train
+    from tests.support.training import comparable_metrics, small_train
+
+    cfg = small_train(steps=2, advantage="turn", fork_turns=2, fork_samples=2, fork_horizon=20.0)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        train(cfg, run, progress=False)
+    metrics = comparable_metrics(runs[0])
+    assert metrics == comparable_metrics(runs[1])
+    for m in metrics:  # every rollout's answerable turns, up to fork_turns, times fork_samples
+        first = m["step"] * cfg.groups_per_step
+        names = [
+            runs[0] / "episodes" / episode_name(g, r)
+            for g in range(first, first + cfg.groups_per_step)
+            for r in range(cfg.group_size)
+        ]
+        want = 0
+        for path in names:
+            ep = load_episode(path)
+            able = sum(t.policy == "trained" and bool(t.token_ids) for t in ep.turns)
+            want += min(able, cfg.fork_turns) * cfg.fork_samples
+        assert m["fork_rollouts"] == want > 0
+
+
+def test_turn_credit_is_refused_where_forks_cannot_use_the_right_weights() -> None:
+    from collective.rl.train import validate
+    from tests.support.training import small_train
+
+    with pytest.raises(ValueError, match="advantage = 'turn' needs the weights"):
+        TrainConfig(backend="hf", hf_model="x", hf_server="sglang:http://h:1", advantage="turn")
+    with pytest.raises(ValueError, match="org = 'orchestrator'"):
+        validate(small_train(advantage="turn", org="orchestrator"))
