@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from collective.base.seeding import Stream, derive
-from collective.records import Episode
+from collective.records import Episode, Turn
 from collective.records.signs import score_at
 from collective.replay import fork
 from policy.base import Policy
@@ -35,10 +35,16 @@ from policy.base import Policy
 _FORK_SALT = 0x666F726B
 
 
+def trained_turn(turn: Turn) -> bool:
+    """Whether the learner trains on ``turn``: the trained policy answered it with tokens (the
+    orchestrator's frozen sub-agents' turns, and turns answered without a model, are not)."""
+    return turn.policy == "trained" and bool(turn.token_ids)
+
+
 def sample_turns(ep: Episode, k: int, seed: int) -> list[int]:
     """Up to ``k`` indices of ``ep.turns`` to fork at, drawn without replacement by a seeded
     stream among the trained policy's answered turns (those with tokens), in turn order."""
-    able = [i for i, t in enumerate(ep.turns) if t.policy == "trained" and t.token_ids]
+    able = [i for i, t in enumerate(ep.turns) if trained_turn(t)]
     stream = Stream(derive(_FORK_SALT, seed))
     chosen: list[int] = []
     while able and len(chosen) < k:

@@ -163,6 +163,18 @@ class TrainState(msgspec.Struct):
     elapsed: float  # wall seconds spent before this (re)start
 
 
+def snapshot_name(step: int) -> str:
+    """The name (without ``.pt``) of the checkpoint a run keeps of its weights after ``step``
+    steps (every ``snapshot_every`` steps, and the last): ``step-NNNNNN``."""
+    return f"step-{step:06d}"
+
+
+def snapshot_step(name: str) -> int | None:
+    """The step a :func:`snapshot_name` (``.pt`` or not) names; None for any other name."""
+    m = re.fullmatch(r"step-(\d{6})(?:\.pt)?", name)
+    return int(m[1]) if m else None
+
+
 def episode_name(group: int, member: int) -> str:
     return f"g{group:06d}-r{member:02d}.msgpack"
 
@@ -437,7 +449,7 @@ class RunDir:
         with (self.path / "ledger.jsonl").open("ab") as f:
             f.write(msgspec.json.encode(ledger) + b"\n")
         snap = state.step % self.cfg.snapshot_every == 0 or state.step == self.cfg.steps
-        write_latest(self.checkpoints, f"step-{state.step:06d}" if snap else None)
+        write_latest(self.checkpoints, snapshot_name(state.step) if snap else None)
         save_torch({**checkpoint, "state": msgspec.to_builtins(state)}, self.state_path)
         if not self.cfg.keep_episodes:
             for n in ledger.used + ledger.dropped:

@@ -50,7 +50,7 @@ from collective.rl.backend import make_backend
 from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_node
 from collective.rl.config import TrainConfig, dump_config, load_config, time_limit_at
 from collective.rl.credit import leave_one_out
-from collective.rl.forks import group_turn_advantages
+from collective.rl.forks import group_turn_advantages, trained_turn
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
 from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts, team_config, team_size
@@ -156,7 +156,7 @@ def step_turn_credit(
     policies: dict[int, Any] = {}
 
     def policy_of(ep: Episode) -> Any:
-        versions = {t.version for t in ep.turns if t.policy == "trained" and t.token_ids}
+        versions = {t.version for t in ep.turns if trained_turn(t)}
         v = max(versions, default=max(serving_weights))
         if v not in serving_weights:
             raise RuntimeError(f"advantage = 'turn': version {v}'s weights are no longer kept")
@@ -231,8 +231,8 @@ def step_samples(
             downweighted += weight < 1.0
             forked = turn_credit[g][i] if turn_credit is not None else {}
             for j, t in enumerate(ep.turns):
-                if t.policy != "trained" or not t.token_ids:
-                    continue  # the orchestrator's frozen sub-agents are not trained
+                if not trained_turn(t):
+                    continue
                 if cfg.advantage == "individual":
                     a = per_agent[i][t.agent]
                 else:

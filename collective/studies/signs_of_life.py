@@ -105,6 +105,7 @@ from collective import (
 )
 from collective.records import load_episode
 from collective.records.signs import signs
+from collective.rl.rundir import snapshot_name, snapshot_step
 from collective.rl.train import TrainConfig, bucket, load_config, read_metrics
 from collective.studies.intervals import (
     Interval,
@@ -164,11 +165,8 @@ def snapshot_steps(runs: list[Path]) -> list[int]:
     kept: set[int] | None = None
     for run in runs:
         last = load_config(run / "config.toml").steps
-        steps = {
-            int(f.stem.split("-")[1])
-            for f in (run / "checkpoints").glob("step-*.pt")
-            if int(f.stem.split("-")[1]) < last
-        }
+        named = (snapshot_step(f.name) for f in (run / "checkpoints").glob("*.pt"))
+        steps = {s for s in named if s is not None and s < last}
         kept = steps if kept is None else kept & steps
     return sorted(kept or ())
 
@@ -178,7 +176,7 @@ def checkpoint_of(run: Path, kind: str) -> Path | None:
     if kind == "trained":
         return run / "checkpoints" / "latest.pt"
     if kind.startswith("step"):
-        return run / "checkpoints" / f"step-{int(kind[4:]):06d}.pt"
+        return run / "checkpoints" / f"{snapshot_name(int(kind[4:]))}.pt"
     return None
 
 
