@@ -1,8 +1,8 @@
 """Resuming a study run by run: a finished result is re-used only when it was made exactly so.
 
-A study (:mod:`collective.studies.signs_of_life`, ``bench/city_study.py``) is many training runs and
-measurements, hours on 2 cores, and it must survive being stopped. Each result is keyed by a
-*digest*: a BLAKE2b hash over everything it is a function of, written beside it.
+A study (:mod:`collective.studies.signs_of_life`, :mod:`collective.studies.city`) is many training
+runs and measurements, hours on 2 cores, and it must survive being stopped. Each result is keyed
+by a *digest*: a BLAKE2b hash over everything it is a function of, written beside it.
 
 - A training run's digest covers the full resolved :class:`TrainConfig` (every field it reads,
   defaults included, as ``msgspec`` encodes it; the turn-credit settings only where

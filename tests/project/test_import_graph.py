@@ -177,3 +177,20 @@ def test_the_check_sees_lazy_imports_the_packages_faces_and_parents() -> None:
     assert _imports(tree, mods) == {"collective.records"}
     assert floor_of("collective.engine.conductor") == "collective.engine"
     assert floor_of("policy.tiny.model") == "policy"
+
+
+def test_nothing_but_bench_imports_bench() -> None:
+    """bench/ holds programs: the packages and the tests import nothing of it (what both need
+    lives in the package, or in tests/support/), so an installed copy and the suite stand
+    without a checkout's bench/ on the path."""
+    bench = {**_modules("bench"), "bench": ROOT / "bench" / "__init__.py"}
+    for pkg in ("collective", "policy", "worlds", "tests"):
+        for m, f in _modules(pkg).items():
+            got = _imports(ast.parse(f.read_text()), bench, functions=True)
+            assert not got, f"{m} imports {sorted(got)} from bench/"
+
+
+def test_the_bench_check_sees_a_bench_import() -> None:
+    bench = {"bench": Path(), "bench.city": Path()}
+    assert _imports(ast.parse("def f():\n    from bench.city import Crowd\n"), bench, True)
+    assert _imports(ast.parse("import bench.city\n"), bench) == {"bench.city"}

@@ -1,27 +1,33 @@
-"""The controlled village-to-city study's world and scripts (bench/city_controlled.py): task,
-keys and desks scale with n as its docstring says, and its scripts do what their names say,
-on real worlds and real episodes."""
+"""The village-to-city study (collective/studies/city.py) and its world (worlds/city.py): task,
+keys and desks scale with n as the world's docstring says, the scripts do what their names say,
+the keys' times read from a record agree with what the world let agents do, and cells are
+re-used by digest; on real worlds and real episodes."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from bench.city_controlled import (
-    BLOCK,
-    CityWorkshop,
+from collective.records import Committed, Episode, Posted, Sent
+from collective.studies.city import (
     episode_config,
+    key_times,
     nopass,
     oracle,
     play,
     record,
     run_cells,
 )
-from collective.records import Posted, Sent
 from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint
+from policy.uniform import RandomPolicy
+from worlds.city import BLOCK, CityWorkshop
+
+_REFUSED = re.compile(r"needs key k(\d+)")
 
 
 @pytest.mark.parametrize("n", [8, 16, 64])
@@ -77,3 +83,49 @@ def test_cells_are_reused_by_digest(tmp_path: Path) -> None:
     more = run_cells(ckpt, out, [8], ["city"], ["nopass"], 3)  # other instances: measured again
     assert len(more["nopass/city/8"]["episodes"]) == 3
     assert more["nopass/city/8"]["digest"] != before["cells"]["nopass/city/8"]["digest"]
+
+
+def refusals(ep: Episode) -> list[tuple[float, int, int]]:
+    out = []
+    for ev in ep.events:
+        if isinstance(ev, Committed) and not ev.ok and (m := _REFUSED.search(ev.result)):
+            out.append((ev.t, ev.agent, int(m.group(1))))
+    return out
+
+
+@pytest.mark.parametrize("instance", [0, 1])
+def test_a_public_key_was_posted_then_and_refuses_nobody_after(instance: int) -> None:
+    (ep,) = play(ScriptedPolicy(oracle, name="oracle"), [episode_config("city", 8, instance, "o")])
+    kt = key_times(ep)
+    assert kt["keys"] == 4
+    published = [(k, t) for k, t in enumerate(kt["public_at"]) if t is not None]
+    assert published, "the oracle posts a key once a refusal marks it wanted"
+    posts = [ev for ev in ep.events if isinstance(ev, Posted)]
+    for k, t in published:
+        assert any(p.t == t and re.search(rf"\bk{k}\b", p.text) for p in posts)
+        assert not [r for r in refusals(ep) if r[2] == k and r[0] > t]
+    # every wait is the gap from a refusal to knowing: nobody is refused after it ends
+    assert kt["refused"] == len({(a, k) for _, a, k in refusals(ep)}) > 0
+    assert len(kt["waits"]) == kt["refused"]
+    for _, agent, key, first, wait in kt["waits"]:
+        later = [t for t, a, k in refusals(ep) if a == agent and k == key and t > first]
+        if wait is not None:  # refused until it knew the key, never after
+            assert all(t < first + wait for t in later)
+            assert wait > 0  # it was refused, so it did not know the key then
+
+
+def test_direct_keys_never_go_public_and_public_keys_are_public_at_start() -> None:
+    city = episode_config("city", 8, 0, "random")
+    dm_only = msgspec.structs.replace(city, params={"posts_teach": False})
+    (dm,) = play(RandomPolicy(), [dm_only])
+    assert key_times(dm)["public_at"] == [None] * 4 and key_times(dm)["publishing_posts"] == 0
+    (pub,) = play(RandomPolicy(), [episode_config("keys_public", 8, 0, "random")])
+    kt = key_times(pub)
+    assert kt["public_at"] == [0.0] * 4 and not refusals(pub) and kt["waits"] == []
+    assert record(pub)["published"] == 1.0
+
+
+def test_islands_keep_their_keys_apart() -> None:
+    (ep,) = play(RandomPolicy(), [episode_config("islands", 16, 0, "random")])
+    assert key_times(ep)["keys"] == 8  # two islands of 8, four keys each
+    assert ep.config.org == "islands_mean:2"
