@@ -14,17 +14,15 @@ a village sees changes with n (:class:`CityWorkshop`):
 
 What still grows with n: the one channel ``all`` every post reaches, direct messages to anyone,
 and dependencies across blocks. At n <= 8 (or ``block = 0``) the world is one block: the plain
-workshop's desks. :class:`CityPublicKeys` is the city with key gating removed, and the
-``islands_mean`` organisation islands scored by their mean. The controlled village-to-city
-study (:mod:`collective.studies.city`) deploys a village policy in them.
+workshop's desks. :class:`CityPublicKeys` is the city with key gating removed. The controlled
+village-to-city study (:mod:`collective.studies.city`) deploys a village policy in them (its
+islands condition is the built-in ``islands_mean`` organisation: islands scored by their mean).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from collective.engine.organisation import Islands, register_organisation
 from worlds.workshop import Workshop
 
 BLOCK = 8  # agents per block: the village
@@ -88,17 +86,3 @@ class CityPublicKeys(CityWorkshop):
     def __init__(self, n_agents: int = 1, seed: int = 0, **params: Any) -> None:
         super().__init__(n_agents, seed, **params)
         self.public = set(range(self.n_keys))
-
-
-@register_organisation
-class IslandsMean(Islands):
-    """``islands:K``, scored as the mean over islands and ended when all are done (the built-in
-    takes the best island and ends with the first)."""
-
-    name = "islands_mean"
-
-    def combine(self, scores: Sequence[float]) -> float:
-        return sum(scores) / len(scores)
-
-    def finished(self, done: Sequence[bool]) -> bool:
-        return all(done)

@@ -181,6 +181,21 @@ class Islands(Organisation):
         return "islands:1 is one group, which plays as flat does (on a channel named g0)"
 
 
+@register_organisation
+class IslandsMean(Islands):
+    """``islands_mean:K``: the islands, scored as the mean over groups and ended when all are
+    done. (``islands`` takes the best group, whose score rises with the number of groups by
+    selection alone: a study of scale that compares teams of islands wants the mean.)"""
+
+    name: ClassVar[str] = "islands_mean"
+
+    def combine(self, scores: Sequence[float]) -> float:
+        return sum(scores) / len(scores)
+
+    def finished(self, done: Sequence[bool]) -> bool:
+        return all(done)
+
+
 def make_organisation(name: str, budget: int = 0) -> Organisation:
     """``NAME`` or ``NAME:OPTION`` (e.g. ``islands:4``); only some organisations take an option."""
     base, sep, option = name.partition(":")
