@@ -132,7 +132,8 @@ class Workshop(World):
 
     @classmethod
     def footprint(cls, n_agents: int, **params: Any) -> int:
-        size = params.get("size", inspect.signature(cls.__init__).parameters["size"].default)
+        # (the default from Workshop's own signature: a subclass may take **params instead)
+        size = params.get("size", inspect.signature(Workshop.__init__).parameters["size"].default)
         return max(0, (params.get("modules") or size * n_agents) * MODULE_BYTES)
 
     def __init__(

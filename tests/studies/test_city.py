@@ -129,3 +129,13 @@ def test_islands_keep_their_keys_apart() -> None:
     (ep,) = play(RandomPolicy(), [episode_config("islands", 16, 0, "random")])
     assert key_times(ep)["keys"] == 8  # two islands of 8, four keys each
     assert ep.config.org == "islands_mean:2"
+
+
+def test_the_city_passes_the_training_checks() -> None:
+    """A training run on the city is checked as any other (the memory check reads the
+    workshop's footprint, whose default size a subclass taking **params does not restate)."""
+    from collective.rl.train import validate
+    from collective.studies.city import village_config
+
+    validate(village_config(steps=1))
+    assert CityWorkshop.footprint(8) == CityWorkshop.footprint(8, size=4) > 0
