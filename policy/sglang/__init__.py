@@ -8,6 +8,7 @@ client imports the other two; they import neither each other nor the client.
 
 from policy.sglang.client import MIN_SGLANG as MIN_SGLANG
 from policy.sglang.client import SGLangPolicy as SGLangPolicy
+from policy.sglang.client import by_head as by_head
 from policy.sglang.client import policy_from_spec as policy_from_spec
 from policy.sglang.client import split as split
 from policy.sglang.server import SGLangServer as SGLangServer

@@ -45,12 +45,25 @@ it (paths are in sgl-project/sglang):
   (python/sglang/srt/utils, add_api_key_middleware).
 - A server this program starts itself (``sglang:launch:``) is :mod:`policy.sglang.server`.
 
-**The fleet.** Each batch is split by request into contiguous, near-equal shares, one per live
-server, sent at once. A request is seeded and batch-independent, so which server answers it cannot
-change the answer (on servers of the same build, GPU type and flags). A call that fails with a
-connection refused or dropped, a timeout, HTTP 429 or 5xx is retried with exponential backoff, a
-bounded number of times; a server still unreachable after that is *lost*: its share goes to the
-others, a structlog warning says so, and :attr:`SGLangPolicy.lost_servers` and
+**The fleet.** Each batch is ordered by its prompts' token ids (:func:`by_head`) and split into
+contiguous, near-equal shares, one per live server, sent at once. Sorted order is the depth-first
+order of the prompts' trie, the structure SGLang's radix cache keeps, so prompts that share a head
+(one action space's header and tool list, then whatever else they share) sit side by side and
+each contiguous share is a run of neighbouring subtrees: a server prefills a shared head once,
+while the shares stay within one request of each other in size. It matters where heads differ
+and arrive interleaved (several roles' spaces, a shared transcript at the prompt's head); the
+workshop's prompts share the header and tool list and little else, and the conductor asks
+episode by episode, so there arrival order did nearly as well (a 48-request workshop batch over
+3 servers: 76.5% of prompt tokens served from cache sorted, 75.3% in arrival order, 79.8% on one
+server; ``tests/policy/test_sglang.py`` measures both). The order is a function of the prompts
+alone, so it is deterministic, and a request is seeded and batch-independent, so which server
+answers it cannot change the answer (on servers of the same build, GPU type and flags).
+:attr:`SGLangPolicy.cached_tokens` sums the ``cached_tokens`` the servers report.
+
+A call that fails with a connection refused or dropped, a timeout, HTTP 429 or 5xx is retried
+with exponential backoff, a bounded number of times; a server still unreachable after that is
+*lost*: its share goes to the others, a structlog warning says so, and
+:attr:`SGLangPolicy.lost_servers` and
 :attr:`SGLangPolicy.requests_moved` count it. The run goes on while one server is left (the last
 one lost is no warning: it is the :class:`PolicyError` that follows). Any other error status and
 any answer that is not the documented shape raise :class:`PolicyError` naming the server and the
@@ -130,6 +143,12 @@ def split(items: Sequence[T], parts: int) -> list[list[T]]:
         shares.append(list(items[start:end]))
         start = end
     return shares
+
+
+def by_head(items: Sequence[int], prompts: Sequence[Sequence[int]]) -> list[int]:
+    """``items`` (indices into ``prompts``) in the lexicographic order of their prompts' token
+    ids, ties by index: the trie's depth-first order, where shared heads are adjacent."""
+    return sorted(items, key=lambda i: (list(prompts[i]), i))
 
 
 def _excerpt(text: Any, limit: int) -> str:
@@ -296,6 +315,7 @@ class SGLangPolicy:
         self.servers = tuple(servers)
         self.lost_servers: list[str] = []  # in the order they were lost
         self.requests_moved = 0  # requests sent again to another server after theirs was lost
+        self.cached_tokens = 0  # prompt tokens the servers' radix caches served (their report)
         self._lost_why: dict[str, str] = {}
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._tokenizer_source = tokenizer
@@ -393,9 +413,11 @@ class SGLangPolicy:
                         + "; ".join(self._lost_why.values())
                     )
                 silent.clear()
+                # (one server: the batch as asked; its own scheduler orders it for its cache)
+                order = by_head(pending, prompts) if len(live) > 1 else pending
                 jobs = [
                     functools.partial(send, url, part)
-                    for url, part in zip(live, split(pending, len(live)), strict=True)
+                    for url, part in zip(live, split(order, len(live)), strict=True)
                     if part
                 ]
                 started = trio.current_time()
@@ -892,6 +914,9 @@ class SGLangPolicy:
         seen = meta.get("prompt_tokens")
         if seen is not None and seen != n_prompt:  # e.g. a server run with --allow-auto-truncate
             raise bad(f"the server read {seen} prompt tokens of the {n_prompt} sent (truncated?)")
+        cached = meta.get("cached_tokens")
+        if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= n_prompt:
+            self.cached_tokens += cached
         text = item.get("text")
         if not isinstance(text, str):
             text = self._tokenizer.decode(ids, skip_special_tokens=True)

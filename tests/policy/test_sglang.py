@@ -41,6 +41,7 @@ from policy.hf.prompt import prompt_ids
 from policy.sglang import (
     SGLangPolicy,
     SGLangServer,
+    by_head,
     free_port,
     parse_spec,
     policy_from_spec,
@@ -48,7 +49,7 @@ from policy.sglang import (
 )
 from tests.support import SUPPORT
 from tests.support.hf_tiny import make_model, make_tokenizer
-from tests.support.sglang_fake import FakeSGLang, stand_in_logprob
+from tests.support.sglang_fake import FakeSGLang, RadixCache, stand_in_logprob
 from worlds.tally import Tally
 
 FAKE = [sys.executable, str(SUPPORT / "sglang_fake.py")]
@@ -644,7 +645,79 @@ def test_a_batch_is_split_over_the_fleet_and_answers_as_one_server_would(fleet, 
     assert [r.text for r in shared] == [r.text for r in alone]
     tokenizer = make_tokenizer()
     ids = [prompt_ids(tokenizer, r.prompt, r.space) for r in reqs]
-    assert [s.posts("/generate")[0]["input_ids"] for s in fleet] == [ids[:3], ids[3:5], ids[5:]]
+    sent = [s.posts("/generate")[0]["input_ids"] for s in fleet]
+    # near-equal contiguous shares of the batch in its prompts' order: shared heads together
+    assert [len(share) for share in sent] == [3, 2, 2]
+    assert [p for share in sent for p in share] == sorted(ids)
+
+
+def _cache_share(ids: list[list[int]], order: list[int], servers: int) -> float:
+    """The share of prompt tokens the servers' radix caches serve when ``order`` is split
+    into contiguous shares, one per server."""
+    caches = [RadixCache() for _ in range(servers)]
+    for cache, share in zip(caches, split(order, servers), strict=True):
+        for i in share:
+            cache.insert(ids[i])
+    return sum(c.hits for c in caches) / sum(c.tokens for c in caches)
+
+
+def test_requests_that_share_a_head_go_to_one_server(fleet):
+    """Three action spaces (three tool lists: three prompt heads) arriving interleaved: split in
+    arrival order every server prefills every head; split in the prompts' order each head is
+    prefilled once, and the fleet's caches serve what the client counts."""
+    tools = (*Tally(3).tool_specs(), WAIT)
+    spaces = [ActionSpace(tools[k:] + tools[:k]) for k in range(3)]  # same tools, other orders
+    reqs = [
+        PolicyRequest(
+            agent=a,
+            turn=0,
+            prompt=f"agent {a}",
+            space=spaces[a % 3],
+            seed=derive(5, a),
+            max_tokens=8,
+        )
+        for a in range(9)
+    ]
+    tokenizer = make_tokenizer()
+    ids = [prompt_ids(tokenizer, r.prompt, r.space) for r in reqs]
+    assert _cache_share(ids, by_head(range(9), ids), 3) > 2 * _cache_share(ids, list(range(9)), 3)
+    policy = client([s.url for s in fleet])
+    trio.run(policy.generate, reqs)
+    for server in fleet:  # one head (one space) per server
+        (sent,) = [b["input_ids"] for b in server.posts("/generate")]
+        assert len({reqs[ids.index(p)].space for p in sent}) == 1
+    assert policy.cached_tokens == sum(s.radix.hits for s in fleet) > 0
+
+
+def test_a_workshop_batch_keeps_its_cache_hits_when_split_by_head():
+    """On a real workshop batch (random agents, 6 episodes of 8, the largest batch asked) the
+    split by head serves at least as many prompt tokens from cache as arrival order: there the
+    prompts share the header and tool list and little more (the client's docstring has the
+    figures), and the conductor asks episode by episode."""
+    from collective import Conductor, EpisodeConfig
+    from policy.uniform import RandomPolicy
+
+    class Batches(RandomPolicy):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[list[PolicyRequest]] = []
+
+        async def generate(self, requests):
+            self.batches.append(list(requests))
+            return await super().generate(requests)
+
+    cfgs = [
+        EpisodeConfig(world="workshop", agents=8, world_seed=s, sample_seed=s, time_limit=60.0)
+        for s in range(6)
+    ]
+    policy = Batches()
+    trio.run(lambda: Conductor(policy).play(cfgs, concurrency=6))
+    batch = max(policy.batches, key=len)
+    tokenizer = make_tokenizer()
+    ids = [prompt_ids(tokenizer, r.prompt, r.space) for r in batch]
+    arrival = _cache_share(ids, list(range(len(ids))), 3)
+    by_prompt = _cache_share(ids, by_head(range(len(ids)), ids), 3)
+    assert len(batch) >= 24 and by_prompt >= arrival > 0.5
 
 
 def test_the_shares_of_a_batch_are_sent_at_once(fleet):

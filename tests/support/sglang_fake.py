@@ -77,6 +77,7 @@ import re._constants as sre_c
 import re._parser as sre_parse
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,27 @@ class FastTokenizer:
         return self.backend.decode(ids, skip_special_tokens=True)
 
 
+class RadixCache:
+    """What SGLang's radix cache reports as ``meta_info.cached_tokens``: the length of the
+    longest head a prompt shares with any prompt this server prefilled before (a trie of token
+    ids that is never evicted: the fake's memory is the test's few hundred prompts)."""
+
+    def __init__(self) -> None:
+        self.root: dict[int, dict] = {}
+        self.hits = 0  # prompt tokens served from the cache
+        self.tokens = 0  # prompt tokens seen
+
+    def insert(self, prompt: Sequence[int]) -> int:
+        node, cached = self.root, 0
+        for token in prompt:
+            if token in node:
+                cached += 1
+            node = node.setdefault(token, {})
+        self.hits += cached
+        self.tokens += len(prompt)
+        return cached
+
+
 class FakeSGLang:
     """The stand-in server; see the module docstring. Every POST is appended to :attr:`log` as
     ``(path, body)``. ``deterministic`` stands for ``--enable-deterministic-inference``,
@@ -245,6 +267,7 @@ class FakeSGLang:
         self._paused: str | None = None  # the pause mode, while paused
         self._aborts = 0  # bumped by every pause in abort mode
         self._in_flight = 0
+        self.radix = RadixCache()  # SGLang's prefix cache, as far as it reports cached_tokens
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.fake = self  # type: ignore[attr-defined]
@@ -472,7 +495,7 @@ class FakeSGLang:
             "finish_reason": finish,
             "prompt_tokens": len(prompt),
             "completion_tokens": len(ids),
-            "cached_tokens": 0,
+            "cached_tokens": self.radix.insert(prompt),
             "weight_version": self.weight_version,
         }
         if logprobs:
