@@ -237,6 +237,7 @@ def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
     run = out / "runs" / f"{name}-s{seed}"
     t1 = time.perf_counter()
     what = train_exact(cfg, run, log=lambda s: print(s, flush=True))
+    training_facts(run)  # while its episodes are here (they are not kept in a checkout)
     if what != "reused":
         print(
             f"[{run.name}] {what}: {cfg.steps} steps in {time.perf_counter() - t1:.0f} s",
@@ -401,18 +402,57 @@ def training_episodes(run: Path) -> list[tuple[int, Episode]]:
     return out
 
 
+#: What the summary reads from a run's training episodes, kept beside the run (its episodes
+#: are not committed), so another checkout summarises without them.
+FACTS = "training-facts.json"
+
+
+def training_facts(run: Path) -> dict[str, Any]:
+    """Per step of the run: how each trained-on episode ended, how many turns each policy took
+    by role (the orchestrator is agent 0), and the trained policy's tokens. Read from the
+    episodes while they are there and kept in ``RUN/training-facts.json`` under the run's
+    digest; read from there when they are not (a checkout that has the run but not its
+    episodes); an error naming the run when neither holds."""
+    path = run / FACTS
+    digest = run_digest(run)
+    if path.exists():
+        kept = json.loads(path.read_text())
+        if kept.get("run_digest") == digest:
+            return kept
+    if not (run / "episodes").is_dir():
+        raise ValueError(
+            f"{run}: its training episodes are not here and {FACTS} is missing or stale; "
+            "train the run again (it is deterministic) in this checkout"
+        )
+    steps: dict[str, dict[str, Any]] = {}
+    for step, ep in training_episodes(run):
+        row = steps.setdefault(str(step), {"ends": [], "turns": {}, "trained_tokens": 0})
+        row["ends"].append(ep.end)
+        for t in ep.turns:
+            role = f"{t.policy} by {'orchestrator' if t.agent == 0 else 'sub-agent'}"
+            row["turns"][role] = row["turns"].get(role, 0) + 1
+            if t.policy == "trained":
+                row["trained_tokens"] += len(t.token_ids)
+    facts = {"run_digest": digest, "steps": steps}
+    path.write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+    return facts
+
+
 def limit_share(runs: list[Path]) -> dict[str, Any]:
     """How often the time limit, not the task's end or idleness, ended a run's training
     episodes: overall, in the last 20% of steps, and by what ended them."""
-    eps = [
-        (s, e, load_config(r / "config.toml").steps) for r in runs for s, e in training_episodes(r)
+    ends = [
+        (int(step), end, load_config(r / "config.toml").steps)
+        for r in runs
+        for step, row in training_facts(r)["steps"].items()
+        for end in row["ends"]
     ]
-    last = [e for s, e, n in eps if s >= n - max(1, n // 5)]
+    last = [e for s, e, n in ends if s >= n - max(1, n // 5)]
     return {
-        "episodes": len(eps),
-        "share_at_limit": float(np.mean([e.end == "time_limit" for _, e, _ in eps])),
-        "share_at_limit_last_20pct": float(np.mean([e.end == "time_limit" for e in last])),
-        "ends": dict(Counter(e.end for _, e, _ in eps)),
+        "episodes": len(ends),
+        "share_at_limit": float(np.mean([e == "time_limit" for _, e, _ in ends])),
+        "share_at_limit_last_20pct": float(np.mean([e == "time_limit" for e in last])),
+        "ends": dict(Counter(e for _, e, _ in ends)),
     }
 
 
@@ -424,15 +464,13 @@ def frozen_check(runs: list[Path]) -> dict[str, Any]:
     steps_match = 0
     steps = 0
     for run in runs:
-        tokens: Counter[int] = Counter()
-        for step, ep in training_episodes(run):
-            for t in ep.turns:
-                turns[f"{t.policy} by {'orchestrator' if t.agent == 0 else 'sub-agent'}"] += 1
-                if t.policy == "trained":
-                    tokens[step] += len(t.token_ids)
+        facts = training_facts(run)["steps"]
+        for row in facts.values():
+            turns.update(row["turns"])
         for m in read_metrics(run):
             steps += 1
-            steps_match += tokens[m.step] == m.trained_tokens
+            row = facts.get(str(m.step), {})
+            steps_match += row.get("trained_tokens", 0) == m.trained_tokens
     frozen = set(turns) <= {"trained by orchestrator", "frozen by sub-agent"}
     return {
         "turns": dict(turns),

@@ -185,6 +185,18 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     assert flat["sub_agents_frozen"] is False and flat["turns"]["trained by sub-agent"] > 0
     share = limit_share([runs["flat"]])
     assert share["episodes"] == 10 and sum(share["ends"].values()) == 10
+    # a checkout keeps a run without its episodes: the checks read the facts kept beside it
+    import shutil
+
+    from collective.studies.signs_of_life import FACTS
+
+    for run in runs.values():
+        shutil.rmtree(run / "episodes")
+    assert frozen_check([runs["orchestrator"]]) == orch
+    assert limit_share([runs["flat"]]) == share
+    (runs["flat"] / FACTS).unlink()
+    with pytest.raises(ValueError, match=r"flat: its training episodes are not here"):
+        limit_share([runs["flat"]])
 
 
 def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() -> None:
