@@ -132,8 +132,10 @@ class Workshop(World):
 
     @classmethod
     def footprint(cls, n_agents: int, **params: Any) -> int:
-        # (the default from Workshop's own signature: a subclass may take **params instead)
-        size = params.get("size", inspect.signature(Workshop.__init__).parameters["size"].default)
+        # (a subclass may take **params instead of restating size: then Workshop's default)
+        own = inspect.signature(cls.__init__).parameters.get("size")
+        default = (own or inspect.signature(Workshop.__init__).parameters["size"]).default
+        size = params.get("size", default)
         return max(0, (params.get("modules") or size * n_agents) * MODULE_BYTES)
 
     def __init__(

@@ -150,7 +150,7 @@ class Islands(Organisation):
         super().__init__(budget)
         if option and not (option.isdigit() and int(option) >= 1):
             raise ValueError(
-                f"organisation 'islands:{option}': the option is the number of groups, "
+                f"organisation '{self.name}:{option}': the option is the number of groups, "
                 "a whole number >= 1"
             )
         self.n_groups = int(option) if option else 2
@@ -178,7 +178,7 @@ class Islands(Organisation):
     def like_flat(self, one_policy: bool) -> str:
         if self.n_groups > 1:
             return ""
-        return "islands:1 is one group, which plays as flat does (on a channel named g0)"
+        return f"{self.name}:1 is one group, which plays as flat does (on a channel named g0)"
 
 
 @register_organisation

@@ -87,12 +87,14 @@ def group_turn_advantages(
     out: list[list[dict[int, float]]] = []
     runs = 0
     for g, episodes in enumerate(groups):
-        row = []
+        row: list[dict[int, float]] = []
         for m, ep in enumerate(episodes):
             s = derive(seed, g, m)
-            adv, n = turn_advantages(
-                ep, policy_of(ep), sample_turns(ep, turns, s), samples, horizon, s
-            )
+            chosen = sample_turns(ep, turns, s)
+            if not chosen:  # (no answered turn: nothing to fork, no policy to build)
+                row.append({})
+                continue
+            adv, n = turn_advantages(ep, policy_of(ep), chosen, samples, horizon, s)
             row.append(adv)
             runs += n
         out.append(row)

@@ -171,7 +171,7 @@ def snapshot_name(step: int) -> str:
 
 def snapshot_step(name: str) -> int | None:
     """The step a :func:`snapshot_name` (``.pt`` or not) names; None for any other name."""
-    m = re.fullmatch(r"step-(\d{6})(?:\.pt)?", name)
+    m = re.fullmatch(r"step-(\d{6,})(?:\.pt)?", name)
     return int(m[1]) if m else None
 
 

@@ -157,9 +157,19 @@ def step_turn_credit(
 
     def policy_of(ep: Episode) -> Any:
         versions = {t.version for t in ep.turns if trained_turn(t)}
-        v = max(versions, default=max(serving_weights))
+        # (pinned: an episode is played by one version, so its forks re-sample with that one)
+        if len(versions) != 1:
+            raise RuntimeError(
+                f"advantage = 'turn': episode {ep.config.sample_seed} of step {step} was played "
+                f"by versions {sorted(versions)}, not one (forks need a pinned episode)"
+            )
+        (v,) = versions
         if v not in serving_weights:
-            raise RuntimeError(f"advantage = 'turn': version {v}'s weights are no longer kept")
+            raise RuntimeError(
+                f"advantage = 'turn': step {step}'s episode {ep.config.sample_seed} was played "
+                f"by version {v}, whose weights are no longer kept (kept: "
+                f"{sorted(serving_weights)}; lag = {cfg.lag})"
+            )
         if v not in policies:
             policies[v] = backend.policy_for(model, serving_weights[v], v)
         return policies[v]

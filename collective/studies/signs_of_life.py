@@ -103,6 +103,7 @@ from collective import (
     latency_preset,
     run_episodes,
 )
+from collective.base.outputs import write_file
 from collective.records import load_episode
 from collective.records.signs import signs
 from collective.rl.rundir import snapshot_name, snapshot_step
@@ -237,7 +238,8 @@ def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
     run = out / "runs" / f"{name}-s{seed}"
     t1 = time.perf_counter()
     what = train_exact(cfg, run, log=lambda s: print(s, flush=True))
-    training_facts(run)  # while its episodes are here (they are not kept in a checkout)
+    if (run / "episodes").is_dir():  # while its episodes are here (a checkout does not keep them)
+        training_facts(run)
     if what != "reused":
         print(
             f"[{run.name}] {what}: {cfg.steps} steps in {time.perf_counter() - t1:.0f} s",
@@ -410,19 +412,24 @@ FACTS = "training-facts.json"
 def training_facts(run: Path) -> dict[str, Any]:
     """Per step of the run: how each trained-on episode ended, how many turns each policy took
     by role (the orchestrator is agent 0), and the trained policy's tokens. Read from the
-    episodes while they are there and kept in ``RUN/training-facts.json`` under the run's
-    digest; read from there when they are not (a checkout that has the run but not its
-    episodes); an error naming the run when neither holds."""
+    episodes while they are there and kept in ``RUN/training-facts.json`` under the run's digest
+    and the steps its ledger holds (a run that grew or was retrained makes it stale); read from
+    there when the episodes are not (a checkout that has the run but not its episodes); an error
+    naming the run when neither holds."""
     path = run / FACTS
-    digest = run_digest(run)
+    key = {"run_digest": run_digest(run), "ledger_steps": _ledger_steps(run)}
     if path.exists():
-        kept = json.loads(path.read_text())
-        if kept.get("run_digest") == digest:
+        try:
+            kept = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            kept = {}  # (a torn write: stale, read again from the episodes)
+        if {k: kept.get(k) for k in key} == key:
             return kept
     if not (run / "episodes").is_dir():
         raise ValueError(
-            f"{run}: its training episodes are not here and {FACTS} is missing or stale; "
-            "train the run again (it is deterministic) in this checkout"
+            f"{run}: its training episodes are not here and {FACTS} is missing or does not "
+            "match the run; move the run aside and train it again (it is deterministic) so "
+            "that its episodes are written"
         )
     steps: dict[str, dict[str, Any]] = {}
     for step, ep in training_episodes(run):
@@ -433,9 +440,14 @@ def training_facts(run: Path) -> dict[str, Any]:
             row["turns"][role] = row["turns"].get(role, 0) + 1
             if t.policy == "trained":
                 row["trained_tokens"] += len(t.token_ids)
-    facts = {"run_digest": digest, "steps": steps}
-    path.write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+    facts = {**key, "steps": steps}
+    write_file(path, (json.dumps(facts, indent=1) + "\n").encode(), "training facts")
     return facts
+
+
+def _ledger_steps(run: Path) -> int:
+    ledger = run / "ledger.jsonl"
+    return len(ledger.read_text().splitlines()) if ledger.exists() else 0
 
 
 def limit_share(runs: list[Path]) -> dict[str, Any]:

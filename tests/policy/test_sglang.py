@@ -691,9 +691,10 @@ def test_requests_that_share_a_head_go_to_one_server(fleet):
 
 def test_a_workshop_batch_keeps_its_cache_hits_when_split_by_head():
     """On a real workshop batch (random agents, 6 episodes of 8, the largest batch asked) the
-    split by head serves at least as many prompt tokens from cache as arrival order: there the
-    prompts share the header and tool list and little more (the client's docstring has the
-    figures), and the conductor asks episode by episode."""
+    split by head costs the caches nothing against arrival order (a measurement, not a law:
+    sorting is not guaranteed to win; here it served 76.5% of prompt tokens against 75.3%, as
+    the client's docstring says): the prompts share the header and tool list and little more,
+    and the conductor asks episode by episode."""
     from collective import Conductor, EpisodeConfig
     from policy.uniform import RandomPolicy
 
@@ -717,7 +718,7 @@ def test_a_workshop_batch_keeps_its_cache_hits_when_split_by_head():
     ids = [prompt_ids(tokenizer, r.prompt, r.space) for r in batch]
     arrival = _cache_share(ids, list(range(len(ids))), 3)
     by_prompt = _cache_share(ids, by_head(range(len(ids)), ids), 3)
-    assert len(batch) >= 24 and by_prompt >= arrival > 0.5
+    assert len(batch) >= 24 and by_prompt > arrival - 0.01 and arrival > 0.5
 
 
 def test_the_shares_of_a_batch_are_sent_at_once(fleet):

@@ -130,6 +130,10 @@ def test_a_turn_credit_run_forks_each_rollout_and_reruns_alike(tmp_path: Path) -
         train(cfg, run, progress=False)
     metrics = comparable_metrics(runs[0])
     assert metrics == comparable_metrics(runs[1])
+    flat = small_train(steps=2)  # the same run with the flat advantage learns otherwise
+    train(flat, tmp_path / "flat", progress=False)
+    flat_losses = [m["loss"] for m in comparable_metrics(tmp_path / "flat")]
+    assert flat_losses != [m["loss"] for m in metrics]
     for m in metrics:  # every rollout's answerable turns, up to fork_turns, times fork_samples
         first = m["step"] * cfg.groups_per_step
         names = [

@@ -48,10 +48,12 @@ def test_task_keys_and_desks_scale_with_the_team(n: int) -> None:
 
 def test_one_block_is_the_plain_workshops_desk() -> None:
     """At n <= 8 (and with block=0 at any n) the desk is the workshop's own: global."""
-    w = CityWorkshop(64, seed=3, block=0)
-    assert w.blocks == 1 and w.n_keys == 4
-    plain_desks = {len(w._desk(a)) for a in range(64)}
-    assert plain_desks == {3}
+    from worlds.workshop import Workshop
+
+    for w in (CityWorkshop(64, seed=3, block=0), CityWorkshop(8, seed=3)):
+        assert w.blocks == 1 and w.n_keys == 4
+        assert all(w._desk(a) == Workshop._desk(w, a) for a in range(w.n_agents))
+        assert {len(w._desk(a)) for a in range(w.n_agents)} == {3}
 
 
 def test_nopass_never_talks_and_the_oracle_posts_wanted_keys() -> None:

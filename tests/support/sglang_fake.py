@@ -212,16 +212,18 @@ class RadixCache:
         self.root: dict[int, dict] = {}
         self.hits = 0  # prompt tokens served from the cache
         self.tokens = 0  # prompt tokens seen
+        self._lock = threading.Lock()  # (the server answers each request in its own thread)
 
     def insert(self, prompt: Sequence[int]) -> int:
-        node, cached = self.root, 0
-        for token in prompt:
-            if token in node:
-                cached += 1
-            node = node.setdefault(token, {})
-        self.hits += cached
-        self.tokens += len(prompt)
-        return cached
+        with self._lock:
+            node, cached = self.root, 0
+            for token in prompt:
+                if token in node:
+                    cached += 1
+                node = node.setdefault(token, {})
+            self.hits += cached
+            self.tokens += len(prompt)
+            return cached
 
 
 class FakeSGLang:
