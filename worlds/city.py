@@ -63,21 +63,12 @@ class CityWorkshop(Workshop):
         O(ready modules), which the study's sizes afford."""
         b = agent // self.block
         ready = [m for m in self.ready if m % self.blocks == b]
-        n = len(ready)
-        if not n:
+        if not ready:
             return ()
         members = min(self.block, self.n_agents - b * self.block)
-        local = agent - b * self.block
         cur = self.current.get(agent, -1)
         desk = [cur] if cur in self.pos and cur % self.blocks == b else []
-        stride = members if members * (self.view - 1) < n else 1
-        for i in range(2 * self.view):
-            m = ready[(local + i * stride) % n]
-            if m not in desk:
-                desk.append(m)
-                if len(desk) == min(self.view, n):
-                    break
-        return tuple(desk)
+        return self._strided(ready, agent - b * self.block, members, desk)
 
 
 class CityPublicKeys(CityWorkshop):

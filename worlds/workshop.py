@@ -469,9 +469,18 @@ class Workshop(World):
                 if m != cur:
                     (busy if self._busy(agent, m) else free).append(m)
             return tuple((desk + free + busy)[: self.view])
-        stride = self.n_agents if self.n_agents * (self.view - 1) < n else 1
+        return self._strided(ready, agent, self.n_agents, desk)
+
+    def _strided(
+        self, ready: list[int], place: int, members: int, desk: list[int]
+    ) -> tuple[int, ...]:
+        """``desk`` filled up to ``view`` from ``ready``, starting at the agent's ``place``
+        among ``members`` agents sharing these modules and striding by ``members`` while enough
+        are ready, so that neighbours are shown different modules."""
+        n = len(ready)
+        stride = members if members * (self.view - 1) < n else 1
         for i in range(2 * self.view):
-            m = ready[(agent + i * stride) % n]
+            m = ready[(place + i * stride) % n]
             if m not in desk:
                 desk.append(m)
                 if len(desk) == min(self.view, n):
