@@ -53,7 +53,7 @@ from collective.base.log import get_logger
 from collective.records import Episode, EpisodeConfig, decode_episode, episode_file_bytes
 from collective.rl.backend import Backend, HFBackend, VersionedPolicy, Weights, make_backend
 from collective.rl.config import ClusterConfig, TrainConfig
-from collective.rl.rollouts import RolloutArgs, Rollouts, team_config
+from collective.rl.rollouts import RolloutArgs, Rollouts, first_configs, team_config
 from policy.base import Policy, TrainableModel
 
 log = get_logger("collective.rl.cluster")
@@ -166,14 +166,14 @@ class RolloutWorker:
         self.fleet: Any = None  # (an SGLang fleet) this worker's client of it, a follower
 
     def check(self) -> str:
-        """Build what every episode needs here (the world of each team size, the starting
+        """Build what every episode needs here (each world at each team size, the starting
         model), so that a node that lacks a world file says so before training starts."""
         from collective.engine.organisation import make_organisation
         from collective.engine.registry import check_runnable
 
         cfg = self.cfg
-        for g in range(len(cfg.team_sizes)):
-            check_runnable(team_config(cfg, g, 0, 0))
+        for episode in first_configs(cfg):
+            check_runnable(episode)
         if self.backend is None:
             return socket.gethostname()
         self.base = self.backend.fresh() if not cfg.init else self.backend.load(cfg.init)

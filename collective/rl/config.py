@@ -18,6 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
+from collective.base.seeding import derive
 from policy.tiny.model import TinyConfig
 
 
@@ -42,6 +43,28 @@ class ClusterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise ValueError(f"train config: cluster.{msg}")
 
 
+Schedule = Literal["constant", "linear", "geometric"]
+
+
+class WorldEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One world of a mix (a ``[[worlds]]`` table): the task, its team sizes, its share of the
+    groups and its own time-limit schedule (time scales differ between tasks). A config without
+    ``[[worlds]]`` is the mix of one entry made of its top-level fields (``mix``)."""
+
+    world: str
+    name: str = ""  # the label metrics.jsonl reports it under; "" = the world's own name
+    params: dict[str, Any] = {}
+    team_sizes: tuple[int, ...] = (1, 2, 4, 8)  # cycled over this world's groups
+    weight: float = 1.0  # its share of the groups: each group draws a world by weight
+    time_limit: Schedule = "constant"
+    time_limit_start: float = 600.0
+    time_limit_end: float = 600.0
+
+    @property
+    def label(self) -> str:
+        return self.name or self.world
+
+
 class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # -- the task ---------------------------------------------------------------------------
     world: str = "workshop"
@@ -54,8 +77,15 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     groups_per_step: int = 4  # B
     group_size: int = 8  # G rollouts of the same task instance (world seed)
     seed: int = 0
+    # -- many worlds in one run (``[[worlds]]`` tables: ``WorldEntry``) ------------------------
+    # Given, they replace world, params, team_sizes and the time-limit schedule: each group
+    # draws its world by weight from a stream seeded by (seed, group), so a run stays a function
+    # of its config; the advantage stays per group (one task instance).
+    worlds: tuple[WorldEntry, ...] = ()
+    world_normalise: bool = False  # divide A by the std of returns of the group's world's step
+    baseline_episodes: int = 4  # [[worlds]]: random and untrained episodes a world, at start
     # -- latency pressure -------------------------------------------------------------------
-    time_limit: Literal["constant", "linear", "geometric"] = "constant"
+    time_limit: Schedule = "constant"
     time_limit_start: float = 600.0  # T_max at step 0, simulated seconds
     time_limit_end: float = 600.0  # T_max at the last step
     latency_penalty: float = 0.0  # beta in R = R_task - beta * pbar(q) * T / T_max; 0 = off
@@ -123,6 +153,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     f"train config: backend = 'tiny' ignores {given} (backend = 'hf' settings): "
                     "drop them or set backend = 'hf'"
                 )
+        self._check_mix()
         if self.advantage == "turn" and self.hf_server:
             raise ValueError(
                 "train config: advantage = 'turn' needs the weights of the version that played "
@@ -139,6 +170,51 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 )
         # Fresh weights are a function of the run's seed, like everything else in the run.
         self.model = msgspec.structs.replace(self.model, seed=self.seed)
+
+    def _check_mix(self) -> None:
+        if self.world_normalise and self.std_normalise:
+            raise ValueError(
+                "train config: world_normalise and std_normalise each rescale the advantage; "
+                "set one of them"
+            )
+        if not self.worlds:
+            idle = [f for f in MIX_ONLY if getattr(self, f) != _MIX_DEFAULTS[f]]
+            if idle:
+                given = ", ".join(f"{f} = {getattr(self, f)!r}" for f in idle)
+                raise ValueError(
+                    f"train config: {given} act only on a mix of worlds: add [[worlds]] "
+                    "tables or drop them"
+                )
+            return
+        replaced = [f for f in REPLACED_BY_MIX if getattr(self, f) != _MIX_DEFAULTS[f]]
+        if replaced:
+            raise ValueError(
+                f"train config: [[worlds]] replaces {', '.join(replaced)} (each world has its "
+                "own): set them in the [[worlds]] tables and drop them from the top level"
+            )
+        for i, w in enumerate(self.worlds):
+            where = f"train config: worlds[{i}] ({w.label})"
+            if not w.world:
+                raise ValueError(f"train config: worlds[{i}]: world must name a world")
+            for name in ("team_sizes", "time_limit_start", "time_limit_end"):
+                domain = DOMAINS[name]
+                if not domain.holds(getattr(w, name)):
+                    raise ValueError(
+                        f"{where}: {name} must be {domain.says}, not {getattr(w, name)!r}"
+                    )
+            if not 0 <= w.weight < math.inf:
+                raise ValueError(f"{where}: weight must be finite and >= 0, not {w.weight!r}")
+        if not sum(w.weight for w in self.worlds) > 0:
+            raise ValueError(
+                "train config: the [[worlds]] weights sum to 0: at least one world needs a "
+                "weight > 0"
+            )
+        labels = [w.label for w in self.worlds]
+        if twice := sorted({x for x in labels if labels.count(x) > 1}):
+            raise ValueError(
+                f"train config: more than one [[worlds]] table is labelled {twice}: give each "
+                "a distinct name (name = ...)"
+            )
 
 
 class Domain(NamedTuple):
@@ -188,6 +264,7 @@ DOMAINS: dict[str, Domain] = {
     "logit_chunk": _at_least(1),
     "hf_batch": _at_least(1),
     "weight_decay": FINITE_NON_NEGATIVE,
+    "baseline_episodes": _at_least(1),
     "temperature": FINITE_POSITIVE,
     "max_output_tokens": _at_least(1),
     "snapshot_every": _at_least(1),
@@ -200,6 +277,7 @@ STRINGS = {
     "hf_model": "the hf backend (HFBackend: needed; the directory when the model loads)",
     "hf_server": "the hf backend (HFBackend: parse_spec, before anything runs)",
     "init": "load_config and the backend's load (a checkpoint that must read)",
+    "worlds": "TrainConfig._check_mix, then validate() (each world as world is)",
     "model": "TinyConfig.__post_init__",
     "cluster": "ClusterConfig.__post_init__",
 }
@@ -221,6 +299,25 @@ HF_ONLY = (
 TURN_ONLY = ("fork_turns", "fork_samples", "fork_horizon")
 _TURN_DEFAULTS = {
     f.name: f.default for f in msgspec.structs.fields(TrainConfig) if f.name in TURN_ONLY
+}
+#: The top-level fields a ``[[worlds]]`` mix replaces (each entry has its own), refused beside
+#: it unless at their defaults.
+REPLACED_BY_MIX = (
+    "world",
+    "params",
+    "team_sizes",
+    "time_limit",
+    "time_limit_start",
+    "time_limit_end",
+)
+#: The settings only a mix reads. Like TURN_ONLY they are held at their defaults otherwise and
+#: left out of a run's study digest when at them, with ``worlds`` itself: a run made before the
+#: mix existed keeps its digest.
+MIX_ONLY = ("world_normalise", "baseline_episodes")
+_MIX_DEFAULTS = {
+    f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
+    for f in msgspec.structs.fields(TrainConfig)
+    if f.name in (*REPLACED_BY_MIX, *MIX_ONLY, "worlds")
 }
 _HF_DEFAULTS = TrainConfig(backend="hf")
 
@@ -336,12 +433,49 @@ def _toml(v: Any) -> str:
     return repr(v)
 
 
-def time_limit_at(cfg: TrainConfig, step: int) -> float:
-    """T_max for a step: constant, or linear / geometric from start to end over the run."""
-    a, b = cfg.time_limit_start, cfg.time_limit_end
+def mix(cfg: TrainConfig) -> tuple[WorldEntry, ...]:
+    """The run's worlds: its ``[[worlds]]`` tables, or the one world its top-level fields name."""
+    if cfg.worlds:
+        return cfg.worlds
+    return (
+        WorldEntry(
+            world=cfg.world,
+            params=cfg.params,
+            team_sizes=cfg.team_sizes,
+            time_limit=cfg.time_limit,
+            time_limit_start=cfg.time_limit_start,
+            time_limit_end=cfg.time_limit_end,
+        ),
+    )
+
+
+#: The stream tag of a group's world draw (``world_of``).
+WORLD_DRAW = 0x776F726C64
+
+
+def world_of(cfg: TrainConfig, group: int) -> WorldEntry:
+    """The world of group ``group``: drawn by weight from a stream seeded by (seed, group), so
+    any group's world is known without the groups before it (a resumed run, a Ray worker)."""
+    worlds = mix(cfg)
+    if len(worlds) == 1:
+        return worlds[0]
+    total = sum(w.weight for w in worlds)
+    u = derive(cfg.seed, WORLD_DRAW, group) / 2**64 * total
+    for w in worlds:
+        if w.weight > 0 and u < w.weight:
+            return w
+        u -= w.weight
+    return next(w for w in reversed(worlds) if w.weight > 0)  # (u at the rounding edge)
+
+
+def time_limit_at(cfg: TrainConfig, step: int, world: WorldEntry | None = None) -> float:
+    """T_max for a step: constant, or linear / geometric from start to end over the run; that of
+    ``world``'s own schedule if given (a mix), else the config's."""
+    w = world or mix(cfg)[0]
+    a, b = w.time_limit_start, w.time_limit_end
     frac = step / max(cfg.steps - 1, 1)
-    if cfg.time_limit == "constant":
+    if w.time_limit == "constant":
         return a
-    if cfg.time_limit == "linear":
+    if w.time_limit == "linear":
         return a + (b - a) * frac
     return a * (b / a) ** frac

@@ -25,27 +25,50 @@ from collective.base.seeding import derive
 from collective.engine.conductor import Conductor
 from collective.records import Episode, EpisodeConfig, world_error
 from collective.rl.backend import Backend, Weights
-from collective.rl.config import TrainConfig, time_limit_at
+from collective.rl.config import TrainConfig, WorldEntry, mix, time_limit_at, world_of
 from collective.rl.rundir import RunDir
 from policy.base import Policy, TrainableModel
 
 
 def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> EpisodeConfig:
-    """Episode ``member`` of ``group``: the group shares its task instance (world seed) and team
-    size; each member has its own sampling stream."""
-    team = cfg.team_sizes[group % len(cfg.team_sizes)]
+    """Episode ``member`` of ``group``: the group shares its world (``world_of``: the one world,
+    or a draw from the mix), its task instance (world seed) and team size; each member has its
+    own sampling stream."""
+    world = world_of(cfg, group)
+    return episode_config(
+        cfg,
+        world,
+        team_size(cfg, group),
+        world_seed=derive(cfg.seed, group) >> 33,
+        sample_seed=derive(cfg.seed, group, member) >> 1,
+        time_limit=time_limit_at(cfg, group // cfg.groups_per_step, world),
+        version=version,
+    )
+
+
+def episode_config(
+    cfg: TrainConfig,
+    world: WorldEntry,
+    team: int,
+    *,
+    world_seed: int,
+    sample_seed: int,
+    time_limit: float,
+    version: int,
+) -> EpisodeConfig:
+    """An episode of the run's kind on ``world`` with ``team`` agents (for ``org = "ceo"``: the
+    CEO plus ``team - 1`` hires, on a task sized for the team)."""
     agents, budget = (1, team - 1) if cfg.org == "ceo" else (team, 0)
-    step = group // cfg.groups_per_step
     return EpisodeConfig(
-        world=cfg.world,
-        params=dict(cfg.params),
+        world=world.world,
+        params=dict(world.params),
         agents=agents,
         world_agents=team if cfg.org == "ceo" else 0,  # a CEO's task is sized for its team
         budget=budget,
         org=cfg.org,
-        world_seed=derive(cfg.seed, group) >> 33,
-        sample_seed=derive(cfg.seed, group, member) >> 1,
-        time_limit=time_limit_at(cfg, step),
+        world_seed=world_seed,
+        sample_seed=sample_seed,
+        time_limit=time_limit,
         latency=latency_preset(cfg.latency),
         max_output_tokens=cfg.max_output_tokens,
         temperature=cfg.temperature,
@@ -56,7 +79,27 @@ def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> Epis
 
 
 def team_size(cfg: TrainConfig, group: int) -> int:
-    return cfg.team_sizes[group % len(cfg.team_sizes)]
+    """Group ``group``'s team size: its world's sizes, cycled over the groups."""
+    sizes = world_of(cfg, group).team_sizes
+    return sizes[group % len(sizes)]
+
+
+def first_configs(cfg: TrainConfig) -> list[EpisodeConfig]:
+    """One episode config for each (world, team size) a run plays, what a run checks before it
+    starts (``check_runnable``): every world of the mix at each of its sizes."""
+    return [
+        episode_config(
+            cfg,
+            w,
+            team,
+            world_seed=derive(cfg.seed, 0) >> 33,
+            sample_seed=derive(cfg.seed, 0, 0) >> 1,
+            time_limit=time_limit_at(cfg, 0, w),
+            version=0,
+        )
+        for w in mix(cfg)
+        for team in dict.fromkeys(w.team_sizes)
+    ]
 
 
 class Schedule:

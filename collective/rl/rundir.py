@@ -48,6 +48,7 @@ from collective.rl.config import (
     config_fields,
     dump_config,
     load_config,
+    mix,
 )
 
 TEAM_BUCKETS = ("solo", "2", "3", "4", "5-8", "9+")
@@ -128,6 +129,12 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     # advantage = "turn": the fork rollouts this step ran for its turns' credit (collective/rl/
     # forks.py), the extra episodes to count against the step's own when schemes are compared
     fork_rollouts: int = 0
+    # A mix of worlds ([[worlds]]): every metric above per world, by its label (each also with
+    # random_score, untrained_score, normalised_score and normalised_gain: collective/rl/
+    # baselines.py), and the normalised score and gain over the worlds this step drew
+    worlds: dict[str, dict[str, Any]] = {}
+    normalised_score: float | None = None
+    normalised_gain: float | None = None
 
 
 class Ledger(msgspec.Struct):
@@ -333,13 +340,13 @@ class RunDir:
                 f"--set steps={self.cfg.steps}: the run has steps = {on_disk.steps}; a resume "
                 "may extend a run, not shorten it"
             )
-        if self.cfg.time_limit != "constant" and self.cfg.time_limit_start != (
-            self.cfg.time_limit_end
-        ):
-            raise ValueError(
-                f"--set steps={self.cfg.steps}: the run's time limit is {self.cfg.time_limit} "
-                "over its steps; extending it would change the schedule of the steps to come"
-            )
+        for w in mix(self.cfg):
+            if w.time_limit != "constant" and w.time_limit_start != w.time_limit_end:
+                raise ValueError(
+                    f"--set steps={self.cfg.steps}: the run's time limit ({w.label}) is "
+                    f"{w.time_limit} over its steps; extending it would change the schedule of "
+                    "the steps to come"
+                )
         self.extended_from = on_disk.steps
 
     def restore(

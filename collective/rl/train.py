@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,21 @@ from collective.engine.registry import check_runnable, resolve_world
 from collective.records import Episode, Spawned
 from collective.records.signs import Signs, signs
 from collective.rl.backend import make_backend
+from collective.rl.baselines import Baselines, measure_baselines
 from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_node
-from collective.rl.config import TrainConfig, dump_config, load_config, time_limit_at
+from collective.rl.config import (
+    TrainConfig,
+    dump_config,
+    load_config,
+    mix,
+    time_limit_at,
+    world_of,
+)
 from collective.rl.credit import leave_one_out
 from collective.rl.forks import group_turn_advantages, trained_turn
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
-from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts, team_config, team_size
+from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts, first_configs, team_size
 from collective.rl.rundir import (
     TEAM_BUCKETS,
     Ledger,
@@ -65,7 +74,7 @@ from collective.rl.rundir import (
     episode_name,
     read_metrics,
 )
-from collective.world import World, convert_params
+from collective.world import convert_params
 
 __all__ = [
     "Interrupted",
@@ -201,6 +210,7 @@ def step_samples(
     groups: list[list[Episode]],
     credits: list[list[dict[int, float]]] | None = None,
     turn_credit: list[list[dict[int, float]]] | None = None,
+    baselines: Baselines | None = None,
 ) -> tuple[list[Sample], dict[str, Any], list[bool]]:
     """Turn a step's groups into token samples with their advantages, plus metrics.
 
@@ -208,37 +218,46 @@ def step_samples(
     leave-one-out credit per agent (``collective.rl.credit``), computed here when not given.
     ``turn_credit`` (``advantage = "turn"``): each episode's forked turns' own advantages by turn
     index (``collective.rl.forks``); every other turn keeps its rollout's flat advantage.
+    With a mix of worlds (``[[worlds]]``) the metrics are also given per world, and
+    ``baselines`` (each world's random and untrained scores) make its normalised score.
     Useful work is reported relative to this step's own average rollout (the average over all
     its groups, every team size alike), as the reference work measures it. Returns (samples,
     metrics, whether each episode was used: False for one dropped as stale), episodes in group
     and member order."""
     samples: list[Sample] = []
-    returns_all: list[float] = []
-    staleness: list[int] = []
     used: list[bool] = []
-    downweighted = 0
-    by_bucket: dict[str, list[float]] = {}
+    weights: list[float | None] = []
     if cfg.advantage == "individual" and credits is None:
         credits = group_credits(groups)
+    first = step * cfg.groups_per_step
+    worlds = [world_of(cfg, first + g).label for g in range(len(groups))]
+    returns = [
+        penalised_returns(
+            np.array([e.score for e in episodes]),
+            np.array([e.duration for e in episodes]),
+            episodes[0].config.time_limit,
+            cfg.latency_penalty,
+        )
+        for episodes in groups
+    ]
+    spread = {  # world_normalise: each world's spread of returns this step
+        w: float(np.concatenate([r for r, x in zip(returns, worlds, strict=True) if x == w]).std())
+        for w in set(worlds)
+    }
     for g, episodes in enumerate(groups):
-        scores = np.array([e.score for e in episodes])
-        durations = np.array([e.duration for e in episodes])
-        t_max = episodes[0].config.time_limit
-        returns = penalised_returns(scores, durations, t_max, cfg.latency_penalty)
-        adv = group_advantages(returns, cfg.std_normalise)
-        returns_all += returns.tolist()
+        adv = group_advantages(returns[g], cfg.std_normalise)
+        if cfg.world_normalise:
+            adv = adv / (spread[worlds[g]] + 1e-6)
         if cfg.advantage == "individual":
             assert credits is not None
             per_agent = individual_advantages(episodes, credits[g])
         for i, ep in enumerate(episodes):
             versions = [t.version for t in ep.turns if t.policy == "trained"]
-            stale = step - min(versions) if versions else 0
-            staleness.append(stale)
-            weight = stale_weight(cfg, stale)
+            weight = stale_weight(cfg, step - min(versions) if versions else 0)
+            weights.append(weight)
             used.append(weight is not None)
             if weight is None:
                 continue
-            downweighted += weight < 1.0
             forked = turn_credit[g][i] if turn_credit is not None else {}
             for j, t in enumerate(ep.turns):
                 if not trained_turn(t):
@@ -258,16 +277,60 @@ def step_samples(
                         t.version,
                     )
                 )
-    flat = [e for g in groups for e in g]
+    everything = range(len(groups))
+    metrics = step_metrics(cfg, step, groups, returns, weights, everything)
+    if cfg.worlds:
+        per_world = {
+            w.label: step_metrics(
+                cfg, step, groups, returns, weights, [g for g in everything if worlds[g] == w.label]
+            )
+            for w in cfg.worlds
+            if w.label in worlds
+        }
+        if baselines is not None:
+            for label, m in per_world.items():
+                m.update(baselines.normalised(label, m["score_mean"]))
+            metrics.update(
+                {
+                    key: float(np.mean([m[key] for m in per_world.values()]))
+                    for key in ("normalised_score", "normalised_gain")
+                }
+            )
+        metrics["worlds"] = per_world
+    return samples, metrics, used
+
+
+def step_metrics(
+    cfg: TrainConfig,
+    step: int,
+    groups: list[list[Episode]],
+    returns: list[np.ndarray],
+    weights: list[float | None],
+    which: Sequence[int],
+) -> dict[str, Any]:
+    """The metrics of a step's groups ``which`` (all of them, or one world's): ``returns`` are
+    every group's, ``weights`` every episode's staleness weight (None: dropped)."""
+    first = step * cfg.groups_per_step
+    G = cfg.group_size
+    flat = [groups[g][i] for g in which for i in range(len(groups[g]))]
+    returns_all = np.concatenate([returns[g] for g in which])
+    weight = [weights[g * G + i] for g in which for i in range(len(groups[g]))]
+    staleness = [
+        step - min(versions)
+        if (versions := [t.version for t in e.turns if t.policy == "trained"])
+        else 0
+        for e in flat
+    ]
+    by_bucket: dict[str, list[float]] = {}
     teams: dict[str, list[Signs]] = {}
-    for g, episodes in enumerate(groups):
-        team = team_size(cfg, step * cfg.groups_per_step + g)
-        by_bucket.setdefault(bucket(team), []).extend(e.stats.world_tokens for e in episodes)
-        teams.setdefault(bucket(team), []).extend(signs(e) for e in episodes)
+    for g in which:
+        team = bucket(team_size(cfg, first + g))
+        by_bucket.setdefault(team, []).extend(e.stats.world_tokens for e in groups[g])
+        teams.setdefault(team, []).extend(signs(e) for e in groups[g])
     useful = [e.stats.world_tokens for e in flat]
     useful_average = float(np.mean(useful))
     hours = sum(e.duration for e in flat) / 3600
-    metrics = {
+    return {
         "time_limit": flat[0].config.time_limit,
         "episodes": len(flat),
         "return_mean": float(np.mean(returns_all)),
@@ -286,10 +349,9 @@ def step_samples(
         **sign_metrics(teams),
         "staleness_mean": float(np.mean(staleness)),
         "staleness_max": int(max(staleness)),
-        "dropped_stale": used.count(False),
-        "downweighted": downweighted,
+        "dropped_stale": weight.count(None),
+        "downweighted": sum(1 for w in weight if w is not None and w < 1.0),
     }
-    return samples, metrics, used
 
 
 def sign_metrics(teams: dict[str, list[Signs]]) -> dict[str, Any]:
@@ -332,18 +394,24 @@ class Interrupted(Exception):
     """Training stopped by Ctrl-C; everything up to the last finished step is kept."""
 
 
-def check_training(cfg: TrainConfig, cls: type[World]) -> None:
+def check_training(cfg: TrainConfig) -> None:
     """ValueError if a training run cannot hold what it will: the episodes in flight (each its
-    team's agents and its world, ``cls`` the resolved ``cfg.world``: the caller resolves it, as
-    the limits sit below the registry) and the finished ones a step keeps whole for the
-    learner, up to ``lag + 1`` steps of ``groups_per_step x group_size`` (an episode of a later
-    step waits for its weights' step to be learned from)."""
-    largest = max(cfg.team_sizes)
+    team's agents and its world: the largest of the mix's worlds, as any group may draw it) and
+    the finished ones a step keeps whole for the learner, up to ``lag + 1`` steps of
+    ``groups_per_step x group_size`` (an episode of a later step waits for its weights' step to
+    be learned from). A world that does not exist fails here, naming it."""
+    worlds = mix(cfg)
+    classes = [resolve_world(w.world) for w in worlds]  # (a world that is not there: first)
+    largest = max(max(w.team_sizes) for w in worlds)
     check_agents(cfg.concurrency * largest, "concurrency x largest team")  # cheap, first
     held = (cfg.lag + 1) * cfg.groups_per_step * cfg.group_size
     live = min(cfg.concurrency, held)
-    team = sum(cfg.team_sizes) / len(cfg.team_sizes)  # team sizes are cycled over the groups
-    world = world_footprint(cls, largest, convert_params(cls, cfg.params, cfg.world), cfg.world)
+    # (team sizes are cycled over each world's groups: the largest world mean bounds them all)
+    team = max(sum(w.team_sizes) / len(w.team_sizes) for w in worlds)
+    world = max(
+        world_footprint(cls, max(w.team_sizes), convert_params(cls, w.params, w.world), w.world)
+        for cls, w in zip(classes, worlds, strict=True)
+    )
     check_fits(
         f"training: {live:,} episodes in flight and {held:,} held for the learner",
         {
@@ -361,16 +429,15 @@ def validate(cfg: TrainConfig) -> None:
     """Everything a run needs that can be checked without running it: every team size's
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
-    check_training(cfg, resolve_world(cfg.world))
+    check_training(cfg)
     if cfg.advantage == "turn" and make_organisation(cfg.org).name == "orchestrator":
         raise ValueError(
             "advantage = 'turn' with org = 'orchestrator': a fork answers every agent with the "
             "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
             "weights; use another advantage or another org"
         )
-    first_group = {team: g for g, team in reversed(list(enumerate(cfg.team_sizes)))}
-    for g in sorted(first_group.values()):
-        check_runnable(team_config(cfg, g, 0, 0))
+    for episode in first_configs(cfg):
+        check_runnable(episode)
 
 
 def _check_init(cfg: TrainConfig, model: Any) -> None:
@@ -471,6 +538,12 @@ def _train(
     if state.step >= cfg.steps:
         run.create(resume, state.step)
         return []
+    # A mix of worlds: each world's random and untrained scores, its normalised score's zero
+    # points (collective/rl/baselines.py), measured once, before the first step.
+    baselines = Baselines.load(run.path) if resume else None
+    if cfg.worlds and baselines is None:
+        untrained = serving_weights[0] if 0 in serving_weights else backend.weights(model)
+        baselines = measure_baselines(cfg, backend.policy_for(model, untrained, 0))
     args = RolloutArgs(
         cfg=cfg,
         run=run,
@@ -488,6 +561,8 @@ def _train(
     # -- checked and built: now the run directory may be written ------------------------------
     try:
         run.create(resume, state.step)
+        if baselines is not None:
+            baselines.save(run.path)
         schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)] if cfg.logger != "none" else []
         logger = open_logger(cfg.logger, cfg, run.path, state.step, schedule)
     except BaseException:
@@ -518,7 +593,7 @@ def _train(
                     turn_credit, fork_rollouts = await trio.to_thread.run_sync(
                         step_turn_credit, cfg, step, groups, backend, model, serving_weights
                     )
-                samples, m, used = step_samples(cfg, step, groups, credits, turn_credit)
+                samples, m, used = step_samples(cfg, step, groups, credits, turn_credit, baselines)
                 # (Any: its floats go to StepMetrics by name, which a checker cannot follow.)
                 stats: dict[str, Any] = await trio.to_thread.run_sync(learner.step, samples)
                 version = step + 1

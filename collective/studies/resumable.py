@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from collective.rl.config import TURN_ONLY, TrainConfig, load_config
+from collective.rl.config import MIX_ONLY, TURN_ONLY, TrainConfig, load_config
 from collective.rl.train import read_metrics, train
 
 
@@ -42,10 +42,14 @@ def digest(*parts: Any) -> str:
 
 def train_digest(cfg: TrainConfig) -> str:
     """The digest of a training run: its full resolved config, every field it reads (the
-    turn-credit settings only under ``advantage = "turn"``: :data:`TURN_ONLY`)."""
+    turn-credit settings only under ``advantage = "turn"``: :data:`TURN_ONLY`; the mix's only
+    with ``[[worlds]]``: :data:`MIX_ONLY`), so a run made before those settings existed keeps
+    its digest."""
     fields = msgspec.to_builtins(cfg)
     if cfg.advantage != "turn":
         fields = {k: v for k, v in fields.items() if k not in TURN_ONLY}
+    if not cfg.worlds:
+        fields = {k: v for k, v in fields.items() if k not in (*MIX_ONLY, "worlds")}
     return digest("train", fields)
 
 

@@ -16,7 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collective.rl.config import DOMAINS, HF_ONLY, STRINGS, TURN_ONLY, TrainConfig, load_config
+from collective.rl.config import (
+    DOMAINS,
+    HF_ONLY,
+    MIX_ONLY,
+    STRINGS,
+    TURN_ONLY,
+    TrainConfig,
+    load_config,
+)
 
 
 def finite_positive(x: float) -> bool:
@@ -62,6 +70,7 @@ SPEC: dict[str, Callable[[Any], bool]] = {
     "temperature": finite_positive,
     "max_output_tokens": at_least(1),
     "snapshot_every": at_least(1),
+    "baseline_episodes": at_least(1),
 }
 HINTS = typing.get_type_hints(TrainConfig)
 
@@ -126,6 +135,8 @@ def _check(base: Path, name: str, value: int | float) -> None:
         settings_.append('backend="hf"')
     if name in TURN_ONLY:  # (and these without advantage = "turn")
         settings_.append('advantage="turn"')
+    if name in MIX_ONLY:  # (and these without [[worlds]], which replaces the top-level world)
+        settings_ += ['worlds=[{world = "tally"}]', 'world="workshop"']
     fits_type = isinstance(value, int) or HINTS[name] is float
     try:
         cfg = load_config(base, settings_)

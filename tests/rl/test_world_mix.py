@@ -1,0 +1,232 @@
+"""Many worlds in one run (``[[worlds]]``): each group draws its world by a seeded rule, the
+advantage stays per group, metrics.jsonl reports every metric per world with a normalised score
+against each world's random and untrained baselines, and a run resumes and reruns exactly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collective.rl.baselines import Baselines, baseline_configs
+from collective.rl.config import TrainConfig, WorldEntry, load_config, mix, world_of
+from collective.rl.rollouts import team_config, team_size
+from collective.rl.rundir import read_metrics
+from collective.rl.train import step_samples, train
+from collective.studies.resumable import train_digest
+from policy.tiny import TinyConfig
+from tests.support import ROOT
+from tests.support.training import comparable_metrics
+
+TINY = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96)
+
+
+def mixed(**over: object) -> TrainConfig:
+    """Two built-in worlds on their own time scales, small enough for a test."""
+    base: dict[str, object] = dict(
+        worlds=(
+            WorldEntry(
+                world="tally",
+                params={"target": 12},
+                team_sizes=(1, 3),
+                time_limit_start=60.0,
+                time_limit_end=60.0,
+            ),
+            WorldEntry(
+                world="workshop",
+                team_sizes=(2,),
+                weight=2.0,
+                time_limit_start=90.0,
+                time_limit_end=90.0,
+            ),
+        ),
+        steps=2,
+        groups_per_step=4,
+        group_size=2,
+        concurrency=8,
+        max_output_tokens=12,
+        baseline_episodes=2,
+        plots=False,
+        model=TINY,
+    )
+    return TrainConfig(**{**base, **over})  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    weights=st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=1, max_size=4).filter(
+        lambda w: sum(w) > 0
+    ),
+    seed=st.integers(0, 2**32),
+)
+def test_a_groups_world_is_a_seeded_draw_by_weight(weights: list[float], seed: int) -> None:
+    cfg = TrainConfig(
+        seed=seed,
+        worlds=tuple(
+            WorldEntry(world="tally", name=f"w{i}", weight=w) for i, w in enumerate(weights)
+        ),
+    )
+    drawn = [world_of(cfg, g).label for g in range(400)]
+    assert drawn == [world_of(cfg, g).label for g in range(400)], "a function of (seed, group)"
+    counts = Counter(drawn)
+    for i, w in enumerate(weights):
+        share = counts.get(f"w{i}", 0) / 400
+        if w == 0:
+            assert share == 0, "a world of weight 0 is never drawn"
+        else:
+            assert abs(share - w / sum(weights)) < 0.12, (weights, counts)
+
+
+def test_one_world_is_the_mix_of_its_top_level_fields() -> None:
+    """Without [[worlds]] nothing changes: the groups, their configs and a run's digest are
+    what they were before the mix existed (the committed signs-of-life runs still match)."""
+    cfg = TrainConfig(world="tally", team_sizes=(1, 3, 5), seed=4)
+    assert [w.world for w in mix(cfg)] == ["tally"]
+    assert [team_size(cfg, g) for g in range(6)] == [1, 3, 5, 1, 3, 5]
+    assert team_config(cfg, 4, 1, 0).world == "tally"
+    runs = ROOT / "bench" / "results" / "signs_of_life" / "runs"
+    stamped = sorted(runs.glob("*/config.digest"))
+    assert stamped, "the committed runs carry their digests"
+    for stamp in stamped:
+        recorded = load_config(stamp.parent / "config.toml")
+        assert train_digest(recorded) == stamp.read_text().strip(), stamp.parent.name
+
+
+def test_each_group_plays_its_own_worlds_params_sizes_and_limit() -> None:
+    cfg = mixed(steps=4)
+    seen = set()
+    for g in range(16):
+        ep, w = team_config(cfg, g, 0, 0), world_of(cfg, g)
+        assert (ep.world, ep.params, ep.time_limit) == (w.world, w.params, w.time_limit_start)
+        assert ep.agents in w.team_sizes
+        assert team_config(cfg, g, 1, 0).world_seed == ep.world_seed, "a group: one instance"
+        seen.add(ep.world)
+    assert seen == {"tally", "workshop"}
+    held_out = {c.world_seed for cs in baseline_configs(cfg).values() for c in cs}
+    assert not held_out & {team_config(cfg, g, 0, 0).world_seed for g in range(16)}
+
+
+def test_a_mixed_run_reports_every_world_and_its_normalised_score(tmp_path: Path) -> None:
+    cfg = mixed()
+    rows = train(cfg, tmp_path / "run", progress=False)
+    baselines = Baselines.load(tmp_path / "run")
+    assert baselines is not None and set(baselines.worlds) == {"tally", "workshop"}
+    assert all(len(b.random) == len(b.untrained) == 2 for b in baselines.worlds.values())
+    for step, row in enumerate(rows):
+        drawn = Counter(world_of(cfg, step * 4 + g).label for g in range(4))
+        assert {k: v["episodes"] for k, v in row.worlds.items()} == {
+            k: 2 * n for k, n in drawn.items()
+        }
+        assert sum(v["episodes"] for v in row.worlds.values()) == row.episodes
+        for label, m in row.worlds.items():
+            b = baselines.worlds[label]
+            want = (m["score_mean"] - np.mean(b.random)) / b.scale
+            assert m["normalised_score"] == pytest.approx(want)
+            assert m["time_limit"] == {"tally": 60.0, "workshop": 90.0}[label]
+        assert row.normalised_score == pytest.approx(
+            np.mean([m["normalised_score"] for m in row.worlds.values()])
+        )
+    assert read_metrics(tmp_path / "run")[-1].worlds == rows[-1].worlds, "kept in metrics.jsonl"
+
+
+def test_a_mixed_run_resumes_as_if_never_stopped(tmp_path: Path) -> None:
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    train(mixed(steps=3), whole, progress=False)
+    train(mixed(steps=3), broken, progress=False, stop_after=1)
+    before = (broken / "baselines.json").read_bytes()
+    train(mixed(steps=3), broken, resume=True, progress=False)
+    assert (
+        (broken / "baselines.json").read_bytes()
+        == before
+        == (whole / "baselines.json").read_bytes()
+    )
+    assert comparable_metrics(broken) == comparable_metrics(whole)
+
+
+def test_world_normalise_divides_each_worlds_advantages_by_its_spread(tmp_path: Path) -> None:
+    """The per-world rescaling: a world whose returns spread ten times wider gets advantages ten
+    times smaller per unit of return, so neither world's scale dominates the update."""
+    from collective.engine.conductor import run_episodes
+    from policy.uniform import RandomPolicy
+
+    cfg = mixed(world_normalise=True)
+    groups = [
+        run_episodes([team_config(cfg, g, i, 0) for i in range(2)], RandomPolicy(), concurrency=2)
+        for g in range(4)
+    ]
+    samples, _, _ = step_samples(cfg, 0, groups)
+    plain, _, _ = step_samples(mixed(), 0, groups)
+    worlds = [world_of(cfg, g).label for g in range(4)]
+    for label in set(worlds):
+        spread = np.std(
+            [e.score for g, eps in enumerate(groups) if worlds[g] == label for e in eps]
+        )
+        mine = [
+            (a.advantage, b.advantage)
+            for a, b, w in zip(samples, plain, _sample_worlds(groups, worlds), strict=True)
+            if w == label
+        ]
+        assert mine, f"{label}: its groups' samples"
+        for scaled, flat in mine:
+            assert scaled == pytest.approx(flat / (spread + 1e-6))
+
+
+def _sample_worlds(groups: list, worlds: list[str]) -> list[str]:
+    return [worlds[g] for g, eps in enumerate(groups) for e in eps for t in e.turns if t.token_ids]
+
+
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ('worlds=[{world = "nowhere"}]', "unknown world 'nowhere'"),
+        ('worlds=[{world = "tally", weight = 0.0}]', "weights sum to 0"),
+        ('worlds=[{world = "tally"}, {world = "tally"}]', "labelled ['tally']"),
+        ('worlds=[{world = "tally", weight = -1.0}]', "weight must be finite and >= 0"),
+        ('worlds=[{world = "tally", params = {bogus = 1}}]', "no parameter 'bogus'"),
+        ("world_normalise=true", "act only on a mix of worlds"),
+        ("team_sizes=[2]", "[[worlds]] replaces team_sizes"),
+    ],
+)
+def test_a_bad_mix_is_one_line_and_exit_2_before_any_episode(
+    tmp_path: Path, setting: str, says: str
+) -> None:
+    config = tmp_path / "mix.toml"
+    config.write_text('[[worlds]]\nworld = "tally"\n' if "worlds=" not in setting else "")
+    if setting.startswith("world_normalise"):
+        config.write_text("")
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collective.cli",
+            "train",
+            str(config),
+            "--out",
+            str(out),
+            "--set",
+            setting,
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not out.exists(), "nothing written"
+
+
+def test_a_mix_round_trips_through_config_toml(tmp_path: Path) -> None:
+    cfg = mixed()
+    train(cfg, tmp_path / "run", progress=False)
+    again = load_config(tmp_path / "run" / "config.toml")
+    assert msgspec.to_builtins(again) == msgspec.to_builtins(cfg)
+    assert train_digest(again) == train_digest(cfg)
