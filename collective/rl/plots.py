@@ -125,4 +125,30 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         a.plot(steps, [getattr(r, field) for r in rows])
         a.set(xlabel="step", title=label)
     save(fig, "learner.png")
+
+    if any(r.worlds for r in rows):  # a mix of worlds: each world's score, and the normalised
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        for label in dict.fromkeys(k for r in rows for k in r.worlds):
+            pts = [(r.step, r.worlds[label]["score_mean"]) for r in rows if label in r.worlds]
+            left.plot(*zip(*pts, strict=True), marker=".", label=label)
+            normal = [
+                (r.step, r.worlds[label]["normalised_gain"])
+                for r in rows
+                if "normalised_gain" in r.worlds.get(label, {})
+            ]
+            if normal:
+                right.plot(*zip(*normal, strict=True), marker=".", alpha=0.5, label=label)
+        gain = [(r.step, r.normalised_gain) for r in rows if r.normalised_gain is not None]
+        if gain:
+            right.plot(*zip(*gain, strict=True), color="black", lw=2, label="mean of the worlds")
+        right.axhline(0.0, color="grey", lw=0.8, ls=":")
+        left.set(xlabel="step", ylabel="mean score", title="Each world's score (a step's draws)")
+        right.set(
+            xlabel="step",
+            ylabel="(score - untrained) / baselines' spread",
+            title="Normalised gain over the untrained weights",
+        )
+        left.legend(title="world")
+        right.legend()
+        save(fig, "worlds.png")
     return written

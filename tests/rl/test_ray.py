@@ -56,7 +56,7 @@ from collective.studies.study import ScaleConfig, scale_study  # noqa: E402
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint  # noqa: E402
 from tests.support.busy import scaled  # noqa: E402
 from tests.support.cli import CLI_AT_A_TERMINAL  # noqa: E402
-from tests.support.training import comparable_metrics  # noqa: E402
+from tests.support.training import comparable_metrics, small_mix  # noqa: E402
 
 # configs/quick.toml, shortened to fit the suite (a busy machine's too): 3 steps of 2 groups of 2
 # rollouts, 60 s each.
@@ -128,6 +128,18 @@ def test_two_workers_give_the_local_run(cluster: Any, local_run: Path, tmp_path:
     train(_ray_cfg("cluster.rollout_workers=2", "cluster.cpus_per_worker=1"), run, progress=False)
     _same_run(local_run, run)
     assert 'backend = "ray"' in (run / "config.toml").read_text()
+
+
+def test_a_mix_of_worlds_on_two_workers_is_the_local_run(cluster: Any, tmp_path: Path) -> None:
+    """[[worlds]]: each group's world is a draw seeded by (seed, group), so a worker that runs
+    a group knows its world, and the run is the local one byte for byte."""
+    train(small_mix(steps=2), tmp_path / "local", progress=False)
+    ray_mix = small_mix(steps=2, cluster=ClusterConfig(backend="ray", rollout_workers=2))
+    train(ray_mix, tmp_path / "ray", progress=False)
+    _same_run(tmp_path / "local", tmp_path / "ray", episodes=2 * 4 * 2)
+    assert (tmp_path / "ray" / "baselines.json").read_bytes() == (
+        tmp_path / "local" / "baselines.json"
+    ).read_bytes()
 
 
 def test_killed_workers_are_replaced_and_nothing_is_lost(

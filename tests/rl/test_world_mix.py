@@ -18,45 +18,13 @@ from hypothesis import strategies as st
 from collective.rl.baselines import Baselines, baseline_configs
 from collective.rl.config import TrainConfig, WorldEntry, load_config, mix, world_of
 from collective.rl.rollouts import team_config, team_size
+from collective.rl.plots import plot_run
 from collective.rl.rundir import read_metrics
 from collective.rl.train import step_samples, train
 from collective.studies.resumable import train_digest
-from policy.tiny import TinyConfig
 from tests.support import ROOT
 from tests.support.training import comparable_metrics
-
-TINY = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96)
-
-
-def mixed(**over: object) -> TrainConfig:
-    """Two built-in worlds on their own time scales, small enough for a test."""
-    base: dict[str, object] = dict(
-        worlds=(
-            WorldEntry(
-                world="tally",
-                params={"target": 12},
-                team_sizes=(1, 3),
-                time_limit_start=60.0,
-                time_limit_end=60.0,
-            ),
-            WorldEntry(
-                world="workshop",
-                team_sizes=(2,),
-                weight=2.0,
-                time_limit_start=90.0,
-                time_limit_end=90.0,
-            ),
-        ),
-        steps=2,
-        groups_per_step=4,
-        group_size=2,
-        concurrency=8,
-        max_output_tokens=12,
-        baseline_episodes=2,
-        plots=False,
-        model=TINY,
-    )
-    return TrainConfig(**{**base, **over})  # type: ignore[arg-type]
+from tests.support.training import small_mix as mixed
 
 
 @settings(max_examples=60, deadline=None)
@@ -134,6 +102,8 @@ def test_a_mixed_run_reports_every_world_and_its_normalised_score(tmp_path: Path
             np.mean([m["normalised_score"] for m in row.worlds.values()])
         )
     assert read_metrics(tmp_path / "run")[-1].worlds == rows[-1].worlds, "kept in metrics.jsonl"
+    drawn = {p.name for p in plot_run(tmp_path / "run")}
+    assert "worlds.png" in drawn and (tmp_path / "run" / "plots" / "worlds.png").stat().st_size
 
 
 def test_a_mixed_run_resumes_as_if_never_stopped(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from collective.rl.config import TrainConfig
+from collective.rl.config import TrainConfig, WorldEntry
 from collective.rl.rundir import StepMetrics, read_metrics
 from policy.tiny import TinyConfig
 
@@ -59,3 +59,34 @@ def comparable_metrics(run: Path) -> list[dict]:
         {k: v for k, v in msgspec.to_builtins(m).items() if k not in StepMetrics.WALL_CLOCK}
         for m in read_metrics(run)
     ]
+
+
+def small_mix(**over: object) -> TrainConfig:
+    """Two built-in worlds on their own time scales, small enough for a test."""
+    base: dict[str, object] = dict(
+        worlds=(
+            WorldEntry(
+                world="tally",
+                params={"target": 12},
+                team_sizes=(1, 3),
+                time_limit_start=60.0,
+                time_limit_end=60.0,
+            ),
+            WorldEntry(
+                world="workshop",
+                team_sizes=(2,),
+                weight=2.0,
+                time_limit_start=90.0,
+                time_limit_end=90.0,
+            ),
+        ),
+        steps=2,
+        groups_per_step=4,
+        group_size=2,
+        concurrency=8,
+        max_output_tokens=12,
+        baseline_episodes=2,
+        plots=False,
+        model=SMALL_TRAIN["model"],
+    )
+    return TrainConfig(**{**base, **over})  # type: ignore[arg-type]
