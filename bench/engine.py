@@ -15,9 +15,12 @@ Three parts, each printing its figures and saving JSON and PNG plots:
   dense (every agent runs the random policy) and sparse (most agents wait for a message);
   agent-turns per second and their ratios; each run twice, with digests of its event order,
   and once more under a policy whose answers arrive with real, random delays, as a model
-  server's do. Beside it, what trio and SimPy cost bare (no work: wake-and-park, an agent's
-  start-wait-end), and from those each case's ceiling: the most an engine with every agent a
-  trio task could reach against SimPy (``add_ceilings``).
+  server's do. Beside them in every case, the floor (``play_floor``): a bare trio program that
+  wakes and parks the same agents at the same instants as the engine did (its schedule read
+  from the engine's own episode), spawning them, quiescence by counter and the end as the
+  engine does them, and nothing else: what any engine with every agent a trio task must pay, so
+  each row reads engine / floor / SimPy. Medians over interleaved repetitions, wall and CPU
+  time. And what trio and SimPy cost bare per step (wake-and-park, an agent's start-wait-end).
 * ``--million``: 1,000,000 resident agents in one process with sparse activity: memory per
   agent, events and agent-turns per second.
 * ``--records`` (issue 14): what an episode's record costs, the engine at a git ref (``main``
@@ -342,7 +345,91 @@ SYSTEMS: dict[str, tuple[str, Callable[[EpisodeConfig, SparsePolicy], Played]]] 
         lambda cfg, pol: play_baseline(partial(run_rounds, dt=0.25), cfg, pol),
     ),
     "simpy": ("SimPy", lambda cfg, pol: play_baseline(run_simpy, cfg, pol)),
+    "floor": ("floor: bare trio, the engine's schedule", lambda cfg, pol: play_floor(cfg, pol)),
 }
+#: The engine's schedule of each case, for the floor: (agents, limit, activity) -> (turns,
+#: waves). Read from an untimed engine run before the timed ones (``compare``).
+SCHEDULES: dict[tuple[int, float, float], tuple[int, list[list[int]]]] = {}
+
+
+def wake_schedule(ep: Episode) -> list[list[int]]:
+    """The engine's scheduling pattern in ``ep``: the agents it woke, wave by wave, in time
+    order. A turn wakes its agent's task once, when the action's result comes back
+    (``finished``: the answer itself is started while the actor stays parked,
+    ``Actor.think_and_act``); an agent woken twice at one instant is in two waves there, as
+    the engine runs it twice."""
+    wakes = sorted((t.finished, t.agent) for t in ep.turns if t.finished >= 0)
+    waves: list[list[int]] = []
+    i = 0
+    while i < len(wakes):
+        j = i
+        while j < len(wakes) and wakes[j][0] == wakes[i][0]:
+            j += 1
+        seen: Counter[int] = Counter()
+        at: list[list[int]] = []
+        for _, agent in wakes[i:j]:
+            if seen[agent] == len(at):
+                at.append([])
+            at[seen[agent]].append(agent)
+            seen[agent] += 1
+        waves += at
+        i = j
+    return waves
+
+
+def play_floor(cfg: EpisodeConfig, policy: SparsePolicy) -> Played:
+    """The floor of a case: its agents as trio tasks, spawned in a nursery, each parked with
+    ``wait_task_rescheduled`` and woken with ``reschedule`` wave by wave as the engine woke
+    them (``SCHEDULES``), a wave's end found by counter (the last task to park wakes the
+    conductor), and every task ended at the close by an exception rescheduled into it, as
+    ``LiveEpisode._end`` ends parked actors. No world, policy, prompt, heap or record."""
+    import outcome
+
+    turns, waves = SCHEDULES[(cfg.agents, cfg.time_limit, policy.activity)]
+
+    class Over(Exception):
+        pass
+
+    def abort(_: object) -> trio.lowlevel.Abort:
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def floor() -> None:
+        tasks: list[Any] = [None] * cfg.agents
+        runnable = 0
+        conductor: Any = None
+
+        async def actor(i: int) -> None:
+            nonlocal runnable, conductor
+            tasks[i] = trio.lowlevel.current_task()
+            with contextlib.suppress(Over):
+                while True:
+                    runnable -= 1
+                    if runnable == 0 and conductor is not None:
+                        task, conductor = conductor, None
+                        trio.lowlevel.reschedule(task)
+                    await trio.lowlevel.wait_task_rescheduled(abort)
+
+        async def quiescent() -> None:
+            nonlocal conductor
+            while runnable:
+                conductor = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(abort)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(cfg.agents):
+                runnable += 1
+                nursery.start_soon(actor, i)
+            for wave in waves:
+                await quiescent()
+                for i in wave:
+                    runnable += 1
+                    trio.lowlevel.reschedule(tasks[i], outcome.Value(None))
+            await quiescent()
+            for task in tasks:
+                trio.lowlevel.reschedule(task, outcome.Error(Over()))
+
+    trio.run(floor)
+    return turns, lambda: digest(json.dumps(waves).encode())
 
 
 def compare(
@@ -358,6 +445,10 @@ def compare(
         for name in SYSTEMS
         if name != "asyncio_rounds_fine" or a == 1.0
     ]
+    for n, activity in cases:  # the floor's schedules, from an untimed engine run of each
+        cfg = comparison_config(n, activity, turns)
+        _, _, ep = play_engine(cfg, SparsePolicy(activity))
+        SCHEDULES[(n, cfg.time_limit, activity)] = (ep.stats.turns, wake_schedule(ep))
     runs: dict[tuple[int, float, str], list[tuple[int, str, float, float]]] = {}
     for n, activity, name in tqdm(jobs, desc="compare", unit="run", disable=not show):
         cfg = comparison_config(n, activity, turns)
@@ -379,20 +470,29 @@ def compare(
             done = runs.get((n, activity, name))
             if not done:
                 continue
-            best = min(done, key=lambda r: r[2])
+            ranked = sorted(done, key=lambda r: r[2])
+            median = ranked[len(ranked) // 2]  # (of an even count: the slower middle one)
+            cpu = sorted(r[3] for r in done)[len(done) // 2]
             row[name] = {
-                "turns": best[0],
-                "wall_s": best[2],
-                "cpu_s": best[3],
-                "turns_per_s": best[0] / best[2],
+                "turns": median[0],
+                "wall_s": median[2],
+                "cpu_s": cpu,
+                "turns_per_s": median[0] / median[2],
+                "turns_per_cpu_s": median[0] / cpu,
+                "cpu_us_per_turn": cpu / median[0] * 1e6,
                 "walls_s": [round(r[2], 3) for r in done],
                 "digests": [r[1] for r in done],
                 "same_order_every_run": len({r[1] for r in done}) == 1,
             }
-        e = row["engine"]["turns_per_s"]
+        e, e_cpu = row["engine"]["turns_per_s"], row["engine"]["turns_per_cpu_s"]
         for name in SYSTEMS:
             if name != "engine" and name in row:
                 row[f"engine_over_{name}"] = e / row[name]["turns_per_s"]
+                row[f"engine_over_{name}_cpu"] = e_cpu / row[name]["turns_per_cpu_s"]
+        # Where the engine is below SimPy but within 10% of what any all-trio engine must pay.
+        row["at_the_floor"] = (
+            row["engine_over_simpy_cpu"] < 1.0 and row["engine_over_floor_cpu"] >= 0.9
+        )
         out.append(row)
     return out
 
@@ -586,25 +686,6 @@ def _lifecycle(seconds_for: Callable[[int], float]) -> float:
         with roomy_gc():
             best = min(best, seconds_for(LIFECYCLE_AGENTS))
     return best / LIFECYCLE_AGENTS * 1e6
-
-
-def add_ceilings(
-    rows: list[dict[str, Any]], trio_bare: dict[str, float], simpy_bare: dict[str, float]
-) -> None:
-    """Each comparison row's ``lifecycle_ceiling``: the engine ÷ SimPy ratio that an engine
-    costing nothing of its own, but with every agent a trio task, would reach. SimPy's wall time
-    with its scheduling swapped for trio's: every agent's lifecycle (``agent_lifecycle_us``:
-    start, one wait, end) and every turn's steps (one trio wake-and-park against SimPy's two
-    steps, the answer's latency and the action's duration), at the per-step cost of 70 agents
-    an instant, the cheapest for trio (few agents an instant cost trio more). Generous to the
-    engine: it keeps no record, batches nothing, and its instants cost what a crowded one does."""
-    many = f"agent_step_us_{FLOOR_AGENTS[-1]}_per_instant"
-    per_agent = trio_bare["agent_lifecycle_us"] - simpy_bare["agent_lifecycle_us"]
-    per_turn = trio_bare[many] - 2 * simpy_bare[many]
-    for row in rows:
-        simpy = row["simpy"]
-        swapped = simpy["wall_s"] + (row["agents"] * per_agent + simpy["turns"] * per_turn) * 1e-6
-        row["lifecycle_ceiling"] = simpy["wall_s"] / swapped
 
 
 def _floor_figures(seconds_for: Callable[[int, int], float], rounds: int) -> dict[str, float]:
@@ -858,31 +939,28 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
 def plot_comparison(rows: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(12, 5))
-    width = 0.2
+    width = 0.8 / len(SYSTEMS)
     for i, (key, (label, _)) in enumerate(SYSTEMS.items()):
-        xs = [j + (i - 1.5) * width for j, r in enumerate(rows) if key in r]
-        ys = [r[key]["turns_per_s"] for r in rows if key in r]
-        ax.bar(xs, ys, width, label=label)
-    top = max(r[k]["turns_per_s"] for r in rows for k in SYSTEMS if k in r)
+        xs = [j + (i - (len(SYSTEMS) - 1) / 2) * width for j, r in enumerate(rows) if key in r]
+        ys = [r[key]["turns_per_cpu_s"] for r in rows if key in r]
+        ax.bar(xs, ys, width, label=label, color="black" if key == "floor" else None)
+    top = max(r[k]["turns_per_cpu_s"] for r in rows for k in SYSTEMS if k in r)
     for j, r in enumerate(rows):
-        note = [f"×{r['engine_over_asyncio_rounds']:.2f} asyncio"]
-        if "engine_over_asyncio_rounds_fine" in r:
-            note.append(f"×{r['engine_over_asyncio_rounds_fine']:.2f} asyncio 0.25 s")
-        note.append(f"×{r['engine_over_simpy']:.2f} SimPy")
-        if "lifecycle_ceiling" in r:  # see add_ceilings
-            note.append(f"(ceiling ×{r['lifecycle_ceiling']:.2f})")
-            ceiling = r["simpy"]["turns_per_s"] * r["lifecycle_ceiling"]
-            ax.hlines(ceiling, j - 2 * width, j + 2 * width, colors="black", linestyles="dotted")
+        note = [f"×{r['engine_over_asyncio_rounds_cpu']:.2f} asyncio"]
+        if "engine_over_asyncio_rounds_fine_cpu" in r:
+            note.append(f"×{r['engine_over_asyncio_rounds_fine_cpu']:.2f} asyncio 0.25 s")
+        note.append(f"×{r['engine_over_simpy_cpu']:.2f} SimPy")
+        note.append(f"×{r['engine_over_floor_cpu']:.2f} floor")
         ax.text(j, top * 1.6, "\n".join(note), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(
         range(len(rows)), [f"{r['agents']:,} agents\nactivity {r['activity']:g}" for r in rows]
     )
-    ax.set(yscale="log", ylabel="agent-turns / s (wall clock)")
+    ax.set(yscale="log", ylabel="agent-turns / CPU second (median run)")
     ax.set_ylim(top=top * 8)
     ax.set_title(
-        "same world, policy and primitives: this engine vs asyncio rounds vs SimPy "
-        "(engine's ratio to each above;\ndotted: SimPy with trio's scheduling instead of its "
-        "own, the most an engine with every agent a trio task could do)"
+        "same world, policy and primitives: this engine vs asyncio rounds vs SimPy, and the "
+        "floor\n(a bare trio program waking the engine's agents at its instants, no work: what "
+        "every all-trio engine pays); the engine's ratio to each above"
     )
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
@@ -944,22 +1022,21 @@ def report_sweep(rows: list[dict[str, Any]]) -> None:
 
 def report_comparison(rows: list[dict[str, Any]]) -> None:
     print(
-        "agents  activity  engine t/s  asyncio t/s  (0.25 s)  simpy t/s  engine/asyncio  "
-        "(0.25 s)  engine/simpy  ceiling  same order every run (e/a/s)"
+        "agents  activity  CPU µs a turn: engine  floor   SimPy  asyncio | engine / SimPy "
+        "(CPU, wall)  engine / floor (CPU)  same order every run (e/a/s)"
     )
     for r in rows:
         same = "/".join(
             "yes" if r[k]["same_order_every_run"] else "NO"
             for k in ("engine", "asyncio_rounds", "simpy")
         )
-        fine = r.get("asyncio_rounds_fine", {}).get("turns_per_s", math.nan)
-        fine_ratio = r.get("engine_over_asyncio_rounds_fine", math.nan)
+        note = "  (within 10% of the floor, below SimPy)" if r["at_the_floor"] else ""
         print(
-            f"{r['agents']:>6,} {r['activity']:>9g} {r['engine']['turns_per_s']:>11,.0f} "
-            f"{r['asyncio_rounds']['turns_per_s']:>12,.0f} {fine:>9,.0f} "
-            f"{r['simpy']['turns_per_s']:>10,.0f} {r['engine_over_asyncio_rounds']:>15.2f} "
-            f"{fine_ratio:>9.2f} {r['engine_over_simpy']:>13.2f} "
-            f"{r.get('lifecycle_ceiling', math.nan):>8.2f}  {same}"
+            f"{r['agents']:>6,} {r['activity']:>9g} {r['engine']['cpu_us_per_turn']:>21.1f} "
+            f"{r['floor']['cpu_us_per_turn']:>6.1f} {r['simpy']['cpu_us_per_turn']:>7.1f} "
+            f"{r['asyncio_rounds']['cpu_us_per_turn']:>8.1f} | "
+            f"{r['engine_over_simpy_cpu']:>9.2f} {r['engine_over_simpy']:>5.2f} "
+            f"{r['engine_over_floor_cpu']:>21.2f}  {same}{note}"
         )
 
 
@@ -1039,7 +1116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         out_dir = a.out or RESULTS / "engine" / "compare_only"
         comparison = compare([1_000, 10_000], [1.0, 0.1, 0.01], cmp_turns, repeats, show)
         floors = {"trio_floor": trio_floor(), "simpy_floor": simpy_floor()}
-        add_ceilings(comparison, floors["trio_floor"], floors["simpy_floor"])
         report_comparison(comparison)
         print(floors_text(floors["trio_floor"], floors["simpy_floor"]))
         write(
@@ -1069,7 +1145,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     det = determinism(*jitter)
     floor = trio_floor()
     simpy_bare = simpy_floor()
-    add_ceilings(comparison, floor, simpy_bare)
     report_comparison(comparison)
     print(floors_text(floor, simpy_bare))
     print(

@@ -50,8 +50,12 @@ def test_quick_bench_writes_its_figures(tmp_path: Path) -> None:
         for system in ("engine", "asyncio_rounds", "simpy"):
             assert row[system]["turns"] > 0
             assert len(row[system]["digests"]) == 2
-        # Written for every case (its value is a measurement, not checked here).
-        assert math.isfinite(row["lifecycle_ceiling"]) and row["lifecycle_ceiling"] > 0.0
+        # The floor wakes the engine's agents at the engine's instants: as many turns, and the
+        # same schedule every run; its ratio is a measurement, not checked here.
+        assert row["floor"]["turns"] == row["engine"]["turns"]
+        assert len(set(row["floor"]["digests"])) == 1
+        assert math.isfinite(row["engine_over_floor_cpu"]) and row["engine_over_floor_cpu"] > 0.0
+        assert row["engine"]["cpu_us_per_turn"] > 0.0
     for floor in ("trio_floor", "simpy_floor"):
         assert result[floor]["agent_lifecycle_us"] > 0.0
     det = result["determinism"]
