@@ -436,6 +436,14 @@ def validate(cfg: TrainConfig) -> None:
             "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
             "weights; use another advantage or another org"
         )
+    if cfg.advantage == "turn" and cfg.fork_horizon > 0:
+        longest = max(time_limit_at(cfg, step, w) for w in mix(cfg) for step in (0, cfg.steps - 1))
+        if cfg.fork_horizon >= longest:
+            raise ValueError(
+                f"fork_horizon = {cfg.fork_horizon:g} s reaches past every episode's end (the "
+                f"longest time limit is {longest:g} s): every fork would be read at the end, "
+                "as fork_horizon = 0 says; set 0 or a horizon shorter than the time limit"
+            )
     for episode in first_configs(cfg):
         check_runnable(episode)
 

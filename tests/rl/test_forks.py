@@ -102,6 +102,18 @@ def test_fork_settings_are_checked_at_the_boundary() -> None:
             TrainConfig(**{field: bad})
 
 
+def test_a_fork_horizon_past_every_episodes_end_is_refused_before_any_episode(
+    tmp_path: Path,
+) -> None:
+    from collective.rl.train import train
+    from tests.support.training import small_train
+
+    cfg = small_train(steps=1, advantage="turn", fork_horizon=60.0)  # (its limit is 60 s)
+    with pytest.raises(ValueError, match=r"fork_horizon = 60 s reaches past every episode's end"):
+        train(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists(), "refused before anything was written"
+
+
 def test_fork_settings_are_refused_where_they_would_do_nothing() -> None:
     """Under any advantage but "turn" the fork settings are read by nothing: set, they are
     refused (naming them), and a study's run digest leaves them out, so runs made before
