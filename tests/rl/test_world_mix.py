@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from collective.rl.baselines import Baselines, baseline_configs
 from collective.rl.config import TrainConfig, WorldEntry, load_config, mix, world_of
-from collective.rl.rollouts import team_config, team_size
 from collective.rl.plots import plot_run
+from collective.rl.rollouts import team_config, team_size
 from collective.rl.rundir import read_metrics
 from collective.rl.train import step_samples, train
 from collective.studies.resumable import train_digest
