@@ -342,10 +342,10 @@ class RunDir:
             )
         for w in mix(self.cfg):
             if w.time_limit != "constant" and w.time_limit_start != w.time_limit_end:
+                whose = f"{w.label}'s time limit" if self.cfg.worlds else "the run's time limit"
                 raise ValueError(
-                    f"--set steps={self.cfg.steps}: the run's time limit ({w.label}) is "
-                    f"{w.time_limit} over its steps; extending it would change the schedule of "
-                    "the steps to come"
+                    f"--set steps={self.cfg.steps}: {whose} is {w.time_limit} over its steps; "
+                    "extending it would change the schedule of the steps to come"
                 )
         self.extended_from = on_disk.steps
 
