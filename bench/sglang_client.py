@@ -8,7 +8,9 @@ requests are a workshop episode's own (its prompts at the start of an episode an
 space), the model is ``collective make-model tiny-lm``'s. Each batch size is timed ``--repeats``
 times, interleaved, and the median kept; one batch of the largest size is profiled to split the
 time by where it goes (the tokenizer, JSON, HTTP, the client's own Python). The issue's target
-is at most 0.5 ms of client CPU a request at batch 1,024.
+is at most 0.5 ms of client CPU a request at batch 1,024. Then, beside it, the engine's share
+of an ``hf:`` run's CPU (``hf_share``: one workshop episode on the in-process policy over the
+same model).
 
     python bench/sglang_client.py            # ~2-4 min on 2 cores
     python bench/sglang_client.py --quick    # batch 1 to 64, ~30 s
@@ -135,6 +137,48 @@ def split_by_where(profile: cProfile.Profile) -> dict[str, float]:
     return out
 
 
+class CPUTimed:
+    """A policy wrapped to add up the CPU time its ``generate`` calls take in this process."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.cpu = inner, 0.0
+        self.name, self.version = inner.name, inner.version
+        self.tokenizer_name = getattr(inner, "tokenizer_name", "")
+
+    async def generate(self, requests: list[PolicyRequest]) -> list[Any]:
+        t0 = time.process_time()
+        try:
+            return await self.inner.generate(requests)
+        finally:
+            self.cpu += time.process_time() - t0
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def hf_share(model: Path, agents: int, limit: float) -> dict[str, float]:
+    """The engine's share of an ``hf:`` run's CPU: one workshop episode of ``agents`` agents and
+    ``limit`` simulated seconds on the in-process policy over ``model``; everything the policy's
+    ``generate`` does is the policy's, the rest (the engine, the world, the record) the engine's."""
+    from collective.engine.conductor import run_episodes
+    from policy.factory import make_policy
+
+    policy = CPUTimed(make_policy(f"hf:{model}"))
+    cfg = EpisodeConfig(world="workshop", agents=agents, time_limit=limit, max_output_tokens=24)
+    t0 = time.process_time()
+    (ep,) = run_episodes([cfg], policy)
+    total = time.process_time() - t0
+    return {
+        "agents": agents,
+        "time_limit": limit,
+        "turns": ep.stats.turns,
+        "cpu_s": total,
+        "policy_cpu_s": policy.cpu,
+        "engine_share": (total - policy.cpu) / total,
+        "engine_cpu_ms_per_turn": (total - policy.cpu) / max(ep.stats.turns, 1) * 1e3,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="batch 1 to 64")
@@ -163,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.kill()
             proc.wait()
+        share = hf_share(model, 8, 30.0 if a.quick else 120.0)
     rows = []
     for n in sizes:
         cpu = sorted(c for c, _ in runs[n])[len(runs[n]) // 2]
@@ -188,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile_batch": max(sizes),
         "profile_shares": shares,
         "target_ms_at_1024": TARGET_MS,
+        "hf_run": share,
     }
     (out / "client_cost.json").write_text(json.dumps(result, indent=1) + "\n")
     print("batch  client CPU ms a request  wall ms a request (the stand-in's decoding included)")
@@ -199,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"where the client's CPU goes at batch {max(sizes)}: "
         + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
+    )
+    print(
+        f"an hf: workshop episode ({share['agents']} agents, {share['time_limit']:g} s, "
+        f"{share['turns']} turns): {share['cpu_s']:.1f} CPU s, the engine's share "
+        f"{share['engine_share']:.1%} ({share['engine_cpu_ms_per_turn']:.2f} ms a turn)"
     )
     plot(result, out / "client_cost.png")
     print(f"wrote {out}")
