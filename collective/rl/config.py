@@ -144,11 +144,8 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if not domain.holds(value):
                 raise ValueError(f"train config: {name} must be {domain.says}, not {value!r}")
         if self.backend == "tiny":  # a setting that would do nothing is refused, not ignored
-            idle = [f for f in HF_ONLY if getattr(self, f) != getattr(_HF_DEFAULTS, f)]
-            if self.device == "cuda":
-                idle.append("device")
-            if idle:
-                given = ", ".join(f"{f} = {getattr(self, f)!r}" for f in idle)
+            given = self._set(HF_ONLY + (("device",) if self.device == "cuda" else ()))
+            if given:
                 raise ValueError(
                     f"train config: backend = 'tiny' ignores {given} (backend = 'hf' settings): "
                     "drop them or set backend = 'hf'"
@@ -160,16 +157,19 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 "each episode, which a server holding one version at a time does not keep: "
                 "drop hf_server or use another advantage"
             )
-        if self.advantage != "turn":
-            idle = [f for f in TURN_ONLY if getattr(self, f) != _TURN_DEFAULTS[f]]
-            if idle:
-                given = ", ".join(f"{f} = {getattr(self, f)!r}" for f in idle)
-                raise ValueError(
-                    f"train config: advantage = {self.advantage!r} ignores {given} "
-                    "(advantage = 'turn' settings): drop them or set advantage = 'turn'"
-                )
+        if self.advantage != "turn" and (given := self._set(TURN_ONLY)):
+            raise ValueError(
+                f"train config: advantage = {self.advantage!r} ignores {given} "
+                "(advantage = 'turn' settings): drop them or set advantage = 'turn'"
+            )
         # Fresh weights are a function of the run's seed, like everything else in the run.
         self.model = msgspec.structs.replace(self.model, seed=self.seed)
+
+    def _set(self, fields: Sequence[str]) -> str:
+        """``name = value`` of each of ``fields`` set away from its default ("" if none)."""
+        return ", ".join(
+            f"{f} = {getattr(self, f)!r}" for f in fields if getattr(self, f) != DEFAULTS[f]
+        )
 
     def _check_mix(self) -> None:
         if self.world_normalise and self.std_normalise:
@@ -178,15 +178,13 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 "set one of them"
             )
         if not self.worlds:
-            idle = [f for f in MIX_ONLY if getattr(self, f) != _MIX_DEFAULTS[f]]
-            if idle:
-                given = ", ".join(f"{f} = {getattr(self, f)!r}" for f in idle)
+            if given := self._set(MIX_ONLY):
                 raise ValueError(
                     f"train config: {given} act only on a mix of worlds: add [[worlds]] "
                     "tables or drop them"
                 )
             return
-        replaced = [f for f in REPLACED_BY_MIX if getattr(self, f) != _MIX_DEFAULTS[f]]
+        replaced = [f for f in REPLACED_BY_MIX if getattr(self, f) != DEFAULTS[f]]
         if replaced:
             raise ValueError(
                 f"train config: [[worlds]] replaces {', '.join(replaced)} (each world has its "
@@ -297,9 +295,6 @@ HF_ONLY = (
 #: their defaults (refused otherwise) and left out of a run's study digest: they cannot change
 #: such a run, and leaving them out keeps every run made before they existed valid.
 TURN_ONLY = ("fork_turns", "fork_samples", "fork_horizon")
-_TURN_DEFAULTS = {
-    f.name: f.default for f in msgspec.structs.fields(TrainConfig) if f.name in TURN_ONLY
-}
 #: The top-level fields a ``[[worlds]]`` mix replaces (each entry has its own), refused beside
 #: it unless at their defaults.
 REPLACED_BY_MIX = (
@@ -314,12 +309,11 @@ REPLACED_BY_MIX = (
 #: left out of a run's study digest when at them, with ``worlds`` itself: a run made before the
 #: mix existed keeps its digest.
 MIX_ONLY = ("world_normalise", "baseline_episodes")
-_MIX_DEFAULTS = {
+#: Every field's default, what "set away from its default" is judged against.
+DEFAULTS: dict[str, Any] = {
     f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
     for f in msgspec.structs.fields(TrainConfig)
-    if f.name in (*REPLACED_BY_MIX, *MIX_ONLY, "worlds")
 }
-_HF_DEFAULTS = TrainConfig(backend="hf")
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
