@@ -225,8 +225,7 @@ def step_samples(
     metrics, whether each episode was used: False for one dropped as stale), episodes in group
     and member order."""
     samples: list[Sample] = []
-    used: list[bool] = []
-    weights: list[float | None] = []
+    staleness: list[int] = []  # each episode's, in group and member order
     if cfg.advantage == "individual" and credits is None:
         credits = group_credits(groups)
     first = step * cfg.groups_per_step
@@ -253,9 +252,8 @@ def step_samples(
             per_agent = individual_advantages(episodes, credits[g])
         for i, ep in enumerate(episodes):
             versions = [t.version for t in ep.turns if t.policy == "trained"]
-            weight = stale_weight(cfg, step - min(versions) if versions else 0)
-            weights.append(weight)
-            used.append(weight is not None)
+            staleness.append(step - min(versions) if versions else 0)
+            weight = stale_weight(cfg, staleness[-1])
             if weight is None:
                 continue
             forked = turn_credit[g][i] if turn_credit is not None else {}
@@ -278,11 +276,18 @@ def step_samples(
                     )
                 )
     everything = range(len(groups))
-    metrics = step_metrics(cfg, step, groups, returns, weights, everything)
+    each = [signs(e) for episodes in groups for e in episodes]  # (read once, for every table)
+    metrics = step_metrics(cfg, step, groups, returns, staleness, each, everything)
     if cfg.worlds:
         per_world = {
             w.label: step_metrics(
-                cfg, step, groups, returns, weights, [g for g in everything if worlds[g] == w.label]
+                cfg,
+                step,
+                groups,
+                returns,
+                staleness,
+                each,
+                [g for g in everything if worlds[g] == w.label],
             )
             for w in cfg.worlds
             if w.label in worlds
@@ -297,7 +302,7 @@ def step_samples(
                 }
             )
         metrics["worlds"] = per_world
-    return samples, metrics, used
+    return samples, metrics, [stale_weight(cfg, x) is not None for x in staleness]
 
 
 def step_metrics(
@@ -305,28 +310,25 @@ def step_metrics(
     step: int,
     groups: list[list[Episode]],
     returns: list[np.ndarray],
-    weights: list[float | None],
+    staleness: list[int],
+    each: list[Signs],
     which: Sequence[int],
 ) -> dict[str, Any]:
     """The metrics of a step's groups ``which`` (all of them, or one world's): ``returns`` are
-    every group's, ``weights`` every episode's staleness weight (None: dropped)."""
+    every group's, ``staleness`` and ``each`` (its signs) every episode's, in group and member
+    order."""
     first = step * cfg.groups_per_step
     G = cfg.group_size
     flat = [groups[g][i] for g in which for i in range(len(groups[g]))]
     returns_all = np.concatenate([returns[g] for g in which])
-    weight = [weights[g * G + i] for g in which for i in range(len(groups[g]))]
-    staleness = [
-        step - min(versions)
-        if (versions := [t.version for t in e.turns if t.policy == "trained"])
-        else 0
-        for e in flat
-    ]
+    stale = [staleness[g * G + i] for g in which for i in range(len(groups[g]))]
+    weight = [stale_weight(cfg, x) for x in stale]
     by_bucket: dict[str, list[float]] = {}
     teams: dict[str, list[Signs]] = {}
     for g in which:
         team = bucket(team_size(cfg, first + g))
         by_bucket.setdefault(team, []).extend(e.stats.world_tokens for e in groups[g])
-        teams.setdefault(team, []).extend(signs(e) for e in groups[g])
+        teams.setdefault(team, []).extend(each[g * G + i] for i in range(len(groups[g])))
     useful = [e.stats.world_tokens for e in flat]
     useful_average = float(np.mean(useful))
     hours = sum(e.duration for e in flat) / 3600
@@ -347,8 +349,8 @@ def step_metrics(
         },
         "comm_tokens_per_hour": sum(e.stats.comm_tokens for e in flat) / hours if hours else 0.0,
         **sign_metrics(teams),
-        "staleness_mean": float(np.mean(staleness)),
-        "staleness_max": int(max(staleness)),
+        "staleness_mean": float(np.mean(stale)),
+        "staleness_max": int(max(stale)),
         "dropped_stale": weight.count(None),
         "downweighted": sum(1 for w in weight if w is not None and w < 1.0),
     }
