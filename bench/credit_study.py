@@ -45,34 +45,17 @@ from collective.studies.intervals import paired_contrast, seed_interval
 from collective.studies.resumable import digest, file_digest, train_digest
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 from policy.uniform import RandomPolicy
+from worlds.workshop import FINDINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "credit"
 SCHEMES = ("flat", "individual", "turn")
 
 
-#: The signs of life's world (bench/results/signs_of_life/: the workshop's FINDINGS settings,
-#: where the tiny policy learns within 60 steps from a random score of ~0.02), its bigger teams.
-FINDINGS = {
-    "modules": 64,
-    "holders": "first",
-    "onboard_seconds": 20.0,
-    "knowledge": 0.5,
-    "keys": 4,
-    "view": 5,
-    "desks": "shared",
-    "clash": "refuse",
-    "interrupts": True,
-    "posts_teach": False,
-    "keys_per_message": 0,
-    "terse": True,
-}
-
-
 def base_config(seed: int) -> TrainConfig:
     return TrainConfig(
         world="workshop",
-        params=FINDINGS,
+        params=dict(FINDINGS),  # the signs of life's world (worlds/workshop.py)
         team_sizes=(4, 8),
         latency="tiny-paced",
         time_limit_start=180.0,
@@ -90,16 +73,16 @@ def base_config(seed: int) -> TrainConfig:
 
 def scheme_config(scheme: str, seed: int, budget: int) -> TrainConfig:
     """The run of ``scheme`` at ``seed`` whose policy-sampled rollouts fit ``budget``."""
-    cfg = base_config(seed)
-    per_step = cfg.groups_per_step * cfg.group_size
     over: dict[str, Any] = {}
     if scheme == "individual":
         over = {"advantage": "individual"}
     elif scheme == "turn":
         over = {"advantage": "turn", "fork_turns": 2, "fork_samples": 2}
-        per_step += per_step * 2 * 2  # every rollout's forks
-    steps = max(1, budget // per_step)
-    return msgspec.convert({**msgspec.to_builtins(cfg), **over, "steps": steps}, TrainConfig)
+    cfg = msgspec.convert({**msgspec.to_builtins(base_config(seed)), **over}, TrainConfig)
+    rollouts = cfg.groups_per_step * cfg.group_size
+    if cfg.advantage == "turn":  # every rollout's forks
+        rollouts += rollouts * cfg.fork_turns * cfg.fork_samples
+    return msgspec.structs.replace(cfg, steps=max(1, budget // rollouts))
 
 
 def main(argv: list[str] | None = None) -> int:
