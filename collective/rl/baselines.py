@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from collective.base.outputs import write_file
 from collective.base.seeding import derive
 from collective.engine.conductor import run_episodes
 from collective.records import EpisodeConfig
@@ -68,10 +69,7 @@ class Baselines(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         }
 
     def save(self, run: Path) -> None:
-        path = run / "baselines.json"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(msgspec.json.encode(self) + b"\n")
-        tmp.replace(path)
+        write_file(run / "baselines.json", msgspec.json.encode(self) + b"\n", "baselines")
 
     @classmethod
     def load(cls, run: Path) -> Baselines | None:
