@@ -395,13 +395,20 @@ def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.
     return {k: np.array(v) for k, v in got.items()}
 
 
-def training_episodes(run: Path) -> list[tuple[int, Episode]]:
-    """(step, episode) for every episode a step of the run trained on (its ledger)."""
-    out = []
+def training_episodes(run: Path) -> tuple[list[tuple[int, Episode]], dict[str, int]]:
+    """(step, episode) for every episode a step of the run trained on (its ledger) whose file
+    is here, and how many files each step is missing: a run resumed in another checkout keeps
+    only the episodes of the steps played there (episodes are not committed)."""
+    out: list[tuple[int, Episode]] = []
+    missing: dict[str, int] = {}
     for line in (run / "ledger.jsonl").read_text().splitlines():
         entry = json.loads(line)
-        out += [(entry["step"], load_episode(run / "episodes" / f)) for f in entry["used"]]
-    return out
+        for f in entry["used"]:
+            if (run / "episodes" / f).exists():
+                out.append((entry["step"], load_episode(run / "episodes" / f)))
+            else:
+                missing[str(entry["step"])] = missing.get(str(entry["step"]), 0) + 1
+    return out, missing
 
 
 #: What the summary reads from a run's training episodes, kept beside the run (its episodes
@@ -415,7 +422,8 @@ def training_facts(run: Path) -> dict[str, Any]:
     episodes while they are there and kept in ``RUN/training-facts.json`` under the run's digest
     and the steps its ledger holds (a run that grew or was retrained makes it stale); read from
     there when the episodes are not (a checkout that has the run but not its episodes); an error
-    naming the run when neither holds."""
+    naming the run when neither holds. A run resumed in another checkout has only some of its
+    episodes: the facts cover those, and ``missing`` counts the rest by step (never silently)."""
     path = run / FACTS
     key = {"run_digest": run_digest(run), "ledger_steps": _ledger_steps(run)}
     if path.exists():
@@ -432,7 +440,8 @@ def training_facts(run: Path) -> dict[str, Any]:
             "that its episodes are written"
         )
     steps: dict[str, dict[str, Any]] = {}
-    for step, ep in training_episodes(run):
+    present, missing = training_episodes(run)
+    for step, ep in present:
         row = steps.setdefault(str(step), {"ends": [], "turns": {}, "trained_tokens": 0})
         row["ends"].append(ep.end)
         for t in ep.turns:
@@ -440,7 +449,7 @@ def training_facts(run: Path) -> dict[str, Any]:
             row["turns"][role] = row["turns"].get(role, 0) + 1
             if t.policy == "trained":
                 row["trained_tokens"] += len(t.token_ids)
-    facts = {**key, "steps": steps}
+    facts = {**key, "steps": steps, "missing": missing}
     write_file(path, (json.dumps(facts, indent=1) + "\n").encode(), "training facts")
     return facts
 
@@ -462,10 +471,15 @@ def limit_share(runs: list[Path]) -> dict[str, Any]:
     last = [e for s, e, n in ends if s >= n - max(1, n // 5)]
     return {
         "episodes": len(ends),
-        "share_at_limit": float(np.mean([e == "time_limit" for _, e, _ in ends])),
-        "share_at_limit_last_20pct": float(np.mean([e == "time_limit" for e in last])),
+        "episodes_missing": sum(sum(training_facts(r).get("missing", {}).values()) for r in runs),
+        "share_at_limit": _share([e == "time_limit" for _, e, _ in ends]),
+        "share_at_limit_last_20pct": _share([e == "time_limit" for e in last]),
         "ends": dict(Counter(e for _, e, _ in ends)),
     }
+
+
+def _share(flags: list[bool]) -> float | None:
+    return float(np.mean(flags)) if flags else None  # (none seen: no share, not NaN)
 
 
 def frozen_check(runs: list[Path]) -> dict[str, Any]:
@@ -476,10 +490,13 @@ def frozen_check(runs: list[Path]) -> dict[str, Any]:
     steps_match = 0
     steps = 0
     for run in runs:
-        facts = training_facts(run)["steps"]
+        kept = training_facts(run)
+        facts = kept["steps"]
         for row in facts.values():
             turns.update(row["turns"])
         for m in read_metrics(run):
+            if str(m.step) in kept.get("missing", {}):
+                continue  # (its episodes are in another checkout: not checked, not counted)
             steps += 1
             row = facts.get(str(m.step), {})
             steps_match += row.get("trained_tokens", 0) == m.trained_tokens

@@ -197,6 +197,10 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     (runs["flat"] / FACTS).unlink()
     with pytest.raises(ValueError, match=r"flat: its training episodes are not here"):
         limit_share([runs["flat"]])
+    # a run resumed in another checkout has some of its episodes: those are read, the rest
+    # counted as missing, not fatal
+    (runs["flat"] / "episodes").mkdir()
+    assert limit_share([runs["flat"]])["episodes_missing"] == 10
 
 
 def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() -> None:
