@@ -15,6 +15,7 @@ Only their order matters: they are never recorded.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from enum import IntEnum
@@ -92,31 +93,65 @@ class Timer:
 Entry = Answer | WorldEvent | Land | Resume | Timer
 
 
-class Agenda:
-    """A heap of due entries. Pushing is O(log n); an idle agent (a wait with no timeout) has
-    no entry at all, so it costs no CPU."""
+Key = tuple[int, int, int, Entry]  # (priority, agent, seq, entry): an entry's place in its instant
 
-    __slots__ = ("heap", "seq")
+
+class Agenda:
+    """Due entries by instant: a heap of the distinct times, and each time's entries in a list,
+    sorted once when that time falls due.
+
+    Many entries share an instant (answers land on the latency model's ticks, whole waves of
+    actions at once), so a heap of every entry would compare its way through each of them on
+    every push and pop; here a push is an append (a heap push only for a new time) and an
+    instant is one sort. The order is the heap's, ``(t, priority, agent, seq)``, whatever the
+    entries' arrival: an entry pushed for the instant being applied (``World.at(now)`` from a
+    tool) is placed among the entries still to come, as a heap would have popped it. An idle
+    agent (a wait with no timeout) has no entry at all, so it costs no CPU."""
+
+    __slots__ = ("_at", "_due", "_later", "_next", "_times", "seq")
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, int, int, Entry]] = []
+        self._times: list[float] = []  # a heap of the times in _later
+        self._later: dict[float, list[Key]] = {}  # a later time -> its entries, unsorted
+        self._at = math.inf  # the earliest instant begun: its entries are in _due, not _later
+        self._due: list[Key] = []  # its entries, sorted; those from _next on are still due
+        self._next = 0
         self.seq = 0
-
-    def __len__(self) -> int:
-        return len(self.heap)
 
     def push(self, t: float, agent: int, entry: Entry) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, entry.priority, agent, self.seq, entry))
+        key = (entry.priority, agent, self.seq, entry)
+        if t == self._at:  # the instant being applied (or just applied): among those to come
+            bisect.insort(self._due, key, lo=self._next)
+            return
+        bucket = self._later.get(t)
+        if bucket is None:
+            self._later[t] = [key]
+            heapq.heappush(self._times, t)
+        else:
+            bucket.append(key)
 
     def next_due(self) -> float:
         """When the earliest entry is due (infinity when none is)."""
-        return self.heap[0][0] if self.heap else math.inf
+        if self._next < len(self._due):
+            return self._at
+        return self._times[0] if self._times else math.inf
 
     def pop(self) -> Entry:
-        return heapq.heappop(self.heap)[4]
+        """The earliest entry; the first of an instant sorts the instant's entries."""
+        due, i = self._due, self._next
+        if i == len(due):
+            self._at = t = heapq.heappop(self._times)
+            self._due = due = self._later.pop(t)
+            due.sort()
+            i = 0
+        self._next = i + 1
+        return due[i][3]
 
     def in_order(self) -> list[tuple[float, Entry]]:
         """Every entry still due, in the order it would be applied (the end reads the answers
         still in flight)."""
-        return [(h[0], h[4]) for h in sorted(self.heap, key=lambda h: h[:4])]
+        out = [(self._at, key[3]) for key in self._due[self._next :]]
+        for t in sorted(self._later):
+            out += [(t, key[3]) for key in sorted(self._later[t])]
+        return out

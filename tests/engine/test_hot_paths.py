@@ -1,13 +1,16 @@
 """The engine's optimised hot paths against their plain definitions.
 
 Each fast version must give exactly what the slow, obvious version gives: the archive's indexed
-search against a scan of every note, the written-out seed mixers against ``splitmix64``, and the
-collector settings during play must come back as they were.
+search against a scan of every note, the written-out seed mixers against ``splitmix64``, the
+bucketed agenda against one heap of every entry, and the collector settings during play must come
+back as they were.
 """
 
 from __future__ import annotations
 
 import gc
+import heapq
+import math
 import re
 from collections.abc import Sequence
 
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 from collective import EpisodeConfig, run_episode
 from collective.base.seeding import Stream, derive, splitmix64
+from collective.engine.agenda import Agenda, Priority
 from collective.engine.comms import Archive
 from policy.base import PolicyRequest, PolicyResponse
 from policy.uniform import RandomPolicy
@@ -54,6 +58,58 @@ def test_indexed_search_ranks_as_a_full_scan(capacity: int, steps: list) -> None
     # The index holds exactly the words of the notes kept: bounded with the archive.
     assert set(archive.index) == {w for entry in archive.entries for w in entry[3]}
     assert len(archive.entries) <= capacity
+
+
+class Probe:
+    """An agenda entry of any priority (each real kind has one)."""
+
+    __slots__ = ("priority",)
+
+    def __init__(self, priority: Priority) -> None:
+        self.priority = priority
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 3),  # how many of the current instant's entries to apply first
+            st.lists(  # then push these: (delay from now, 0 = at the instant, priority, agent)
+                st.tuples(
+                    st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0, 7.0]),
+                    st.integers(0, 4),
+                    st.integers(0, 3),
+                ),
+                max_size=6,
+            ),
+        ),
+        max_size=30,
+    )
+)
+def test_agenda_applies_entries_in_the_order_of_one_heap(steps: list) -> None:
+    """Entries pushed at the instant being applied (a tool's ``World.at(now)``, a rejected
+    action's error) land where one heap of every entry, ``(t, priority, agent, seq)``, would."""
+    agenda, seq = Agenda(), 0
+    heap: list[tuple[float, int, int, int, Probe]] = []
+    applied: list[Probe] = []
+    expected: list[Probe] = []
+    now = 0.0
+    for take, pushes in steps:
+        for _ in range(take):
+            if not heap:
+                break
+            assert agenda.next_due() == heap[0][0]
+            now = heap[0][0]
+            expected.append(heapq.heappop(heap)[4])
+            applied.append(agenda.pop())  # type: ignore[arg-type]
+        for delay, priority, agent in pushes:
+            seq += 1
+            entry = Probe(Priority(priority))
+            agenda.push(now + delay, agent, entry)  # type: ignore[arg-type]
+            heapq.heappush(heap, (now + delay, priority, agent, seq, entry))
+    assert agenda.next_due() == (heap[0][0] if heap else math.inf)
+    assert [e for _, e in agenda.in_order()] == [h[4] for h in sorted(heap)]
+    assert applied == expected
 
 
 @given(st.lists(st.integers(-(2**70), 2**70), max_size=5))
