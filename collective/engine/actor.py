@@ -98,9 +98,9 @@ class Actor:
     ``wait_token``, ``task``, ``acts``, ``turn_record``) only ``LiveEpisode``, whose parking section
     (``collective/engine/episode.py``) holds the contract and its state table; ``alive`` only
     ``Cast`` (who is in the episode); the mailbox, the cursors and what a prompt read
-    (``inbox``, ``cursors``, ``read_ids``, ``missed``) ``Comms``, the last two reset by
-    ``LiveEpisode`` once logged with the request; ``turn`` and ``space`` this class, at each
-    request. Everyone else only reads."""
+    (``inbox``, ``cursors``, ``read_ids``, ``missed``) ``Comms`` (``read_ids`` also ``prompt``,
+    when nothing is unread), the last two reset by ``LiveEpisode`` once logged with the request;
+    ``turn`` and ``space`` this class, at each request. Everyone else only reads."""
 
     __slots__ = (
         "acts",
@@ -212,10 +212,17 @@ class Actor:
     def prompt(self, last_result: str) -> str:
         """The observation, then what arrived since the last turn, then the last result.
 
-        Reading consumes the mailbox and moves the channel cursors (``Comms.unread``).
+        Reading consumes the mailbox and moves the channel cursors (``Comms.unread``). With an
+        empty mailbox in an episode where nobody has posted (most turns of most episodes),
+        nothing is unread, and the lines are joined without asking.
         """
-        lines = [self.observe(), *self.ep.comms.unread(self), f"last: {last_result}"]
-        return "\n".join(lines) + "\n>"
+        text = self.observe()
+        comms = self.ep.comms
+        if self.inbox or comms.posted:
+            text = "\n".join([text, *comms.unread(self)])
+        else:
+            self.read_ids = ()  # what unread leaves when nothing is unread
+        return f"{text}\nlast: {last_result}\n>"
 
 
 def prompt_digest(prompt: str) -> str:

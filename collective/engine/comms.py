@@ -169,6 +169,7 @@ class Comms(Generic[M]):
         self.channels: dict[str, Channel] = {}
         self.archive = Archive(cfg.archive_size)
         self.next_msg = 0
+        self.posted = 0  # posts on any channel, the world's included: none, and no prompt has news
 
     def channel(self, name: str) -> Channel:
         ch = self.channels.get(name)
@@ -220,6 +221,7 @@ class Comms(Generic[M]):
         msg = Message(self.next_msg, now, sender, text)
         self.next_msg += 1
         channel.post(msg)
+        self.posted += 1
         if sender >= 0:  # the world's posts are not agents' posts
             self.stats.posts += 1
         reason = f"post on #{channel.name}"

@@ -386,22 +386,22 @@ class LiveEpisode:
             if request[0] is not ACT:  # THINK, or THINK_ACT
                 actor.then_act = request[0] is THINK_ACT
                 req = request[1]
-                self.emit(
-                    Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), actor.read_ids)
-                )
-                self.stats.read += len(actor.read_ids)
-                actor.read_ids = ()  # consumed: a program that thinks without a prompt reads none
-                self.stats.missed_posts += actor.missed
-                actor.missed = 0
+                read = actor.read_ids
+                self.emit(Asked(self.now, actor.id, req.turn, prompt_digest(req.prompt), read))
+                if read:
+                    self.stats.read += len(read)
+                    actor.read_ids = ()  # consumed: a program thinking without a prompt reads none
+                if actor.missed:
+                    self.stats.missed_posts += actor.missed
+                    actor.missed = 0
                 thinks.append((self, actor, req))
             else:
                 self._begin(actor, request[1])
 
     def answer(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse) -> None:
         """Schedule a policy answer at the simulated time the latency model charges."""
-        key = (actor.id, req.turn)
-        if self.replay is not None and key in self.replay.answered:
-            at = self.replay.answered[key]  # a real-clock episode: its latencies were measured
+        if self.replay is not None and (actor.id, req.turn) in self.replay.answered:
+            at = self.replay.answered[(actor.id, req.turn)]  # real clock: latencies were measured
         elif self.cfg.clock == "real":
             at = max(self.now, trio.current_time() - self.t0_wall)
         else:
@@ -508,6 +508,8 @@ class LiveEpisode:
         self.holding = True
         try:
             agenda = self.agenda
+            events = self.events  # (flushed only between instants: the same list throughout)
+            room = self.max_events - self.written_events
             while agenda.next_due() == t:
                 entry = agenda.pop()
                 if type(entry) is Answer:
@@ -525,7 +527,7 @@ class LiveEpisode:
                     actor = entry.actor
                     if actor.alive and actor.waiting and actor.wait_token == entry.token:
                         self._wake(actor, entry.act, entry.reason)
-                if self.written_events + len(self.events) >= self.max_events:
+                if len(events) >= room:
                     self._release()  # before the end cancels them: a held task is still parked
                     self._end("event_limit")
                     return
