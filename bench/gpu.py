@@ -19,9 +19,13 @@ beside them quotes the figures and says which machine made them):
    peak cannot hide another's: CUDA, ``torch.cuda.max_memory_allocated`` above what the model
    and optimiser held before the step; CPU, the process's peak resident memory during the
    step (VmHWM, reset just before it) above its resident memory before it.
-2. **policy**: output tokens/s of the in-process ``hf`` policy (``policy.hf.policy.HFPolicy``)
-   at batch sizes 1 to 1,024 (``max_tokens`` each, seeded). Batches past a time budget are not
-   run: the figure is projected from the largest measured batch, and the JSON says so.
+2. **policy**: output tokens/s of the in-process ``hf`` policy (``policy.hf.policy.HFPolicy``,
+   batched, exact sums: :mod:`policy.hf.decoder`) at batch sizes 1 to 1,024 (``max_tokens``
+   each, seeded), each beside ``transformers``' ``generate`` on the same prompts (no grammar,
+   exactly ``max_tokens`` a row) and their ratio; first, the invariance check on this device
+   (four requests alone, in a batch of 64 and in it reversed: the same bytes). Batches past a
+   time budget are not run: the figure is projected from the largest measured batch, and the
+   JSON says so. The learner's rows carry MFU on a known GPU (``PEAK_BF16``).
 
 The model is built from a config (``Qwen2.5-0.5B``'s shape: hidden 896, 24 layers, 14 heads, 2
 KV heads, MLP 4864, vocabulary 151,936, tied embeddings) with random weights, over the
@@ -92,12 +96,54 @@ def policy_sweep(
             for i in range(n)
         ]
 
+    def generate(requests: list[PolicyRequest]) -> int:
+        """``transformers``' ``generate`` on the same prompts: left-padded, sampling, no grammar,
+        exactly ``max_tokens`` new tokens a row (the field's baseline); its output tokens."""
+        from policy.hf.prompt import prompt_ids
+
+        tok = model.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        ids = [prompt_ids(tok, r.prompt, r.space) for r in requests]
+        width = max(len(i) for i in ids)
+        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids], device=model.device)
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids], device=x.device)
+        with torch.inference_mode():
+            out = model.causal.generate(
+                input_ids=x,
+                attention_mask=mask,
+                do_sample=True,
+                top_k=0,
+                max_new_tokens=max_tokens,
+                min_new_tokens=max_tokens,
+                pad_token_id=pad,
+            )
+        return int(out.shape[1] - width) * len(requests)
+
+    def timed(fn: Any) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, out
+
     policy.sample(batch(1))  # warm-up
-    rows: list[dict[str, Any]] = []
+    generate(batch(1))
+    # The invariance check on this device: four requests alone, then at the front and back of
+    # a batch of 64, reversed: the same token ids and logprobs, bit for bit.
+    alone = [policy.sample([r])[0] for r in batch(4)]
+    big = batch(64)
+    together = policy.sample(big)
+    backwards = policy.sample(big[::-1])[::-1]
+    invariant = all(
+        (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs) == (c.token_ids, c.logprobs)
+        for a, b, c in zip(alone, together[:4], backwards[:4], strict=True)
+    )
+    print(f"  hf policy  invariance on {device}: {'holds' if invariant else 'BROKEN'}", flush=True)
+    rows: list[dict[str, Any]] = [{"invariant_alone_batch_reversed": invariant}]
     per_request = 0.0
     for n in batches:
         projected = per_request * n
-        if rows and projected > budget:
+        if len(rows) > 1 and projected > budget:
             rows.append(
                 {
                     "batch": n,
@@ -107,13 +153,11 @@ def policy_sweep(
                 }
             )
             continue
-        t0 = time.perf_counter()
-        out = policy.sample(batch(n))
-        if device == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
+        requests = batch(n)
+        seconds, out = timed(lambda: policy.sample(requests))  # noqa: B023  (called at once)
         tokens = sum(len(a.token_ids) for a in out)
         per_request = seconds / n
+        g_seconds, g_tokens = timed(lambda: generate(requests))  # noqa: B023
         rows.append(
             {
                 "batch": n,
@@ -121,13 +165,31 @@ def policy_sweep(
                 "seconds": seconds,
                 "tokens": tokens,
                 "tokens_per_s": tokens / seconds,
+                "generate_tokens_per_s": g_tokens / g_seconds,
+                "batched_over_generate": (tokens / seconds) / (g_tokens / g_seconds),
             }
         )
         print(
-            f"  hf policy  batch {n:5d}: {tokens / seconds:9.1f} tokens/s ({seconds:.2f} s)",
+            f"  hf policy  batch {n:5d}: {tokens / seconds:9.1f} tokens/s ({seconds:.2f} s); "
+            f"generate {g_tokens / g_seconds:9.1f}; ratio {rows[-1]['batched_over_generate']:.2f}",
             flush=True,
         )
     return rows
+
+
+#: Dense bfloat16 tensor-core peaks (FLOP/s, no sparsity), by a name in the device's: for MFU.
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}
+
+
+def mfu(row: dict[str, Any], machine: str) -> float | None:
+    """Model FLOPs utilisation of a learner step: ``6 * parameters`` FLOPs a token (forward 2,
+    backward 4; under LoRA the weight gradients are skipped, so this overstates what it had to
+    do, and the figure is an upper bound) over the device's dense bf16 peak; None off a known
+    GPU."""
+    peak = next((v for k, v in PEAK_BF16.items() if k in machine), None)
+    if peak is None or "tokens_per_s" not in row:
+        return None
+    return row["tokens_per_s"] * 6 * row["parameters"] / peak
 
 
 # -- the whole bench -------------------------------------------------------------------------
@@ -183,13 +245,15 @@ def main() -> None:
                     **learner,
                 )
                 row = case_in_subprocess(case)
+                row["mfu"] = mfu(row, result["machine"]) if cuda else None
                 result["learner"].append(row)
                 if "error" in row:
                     print(f"  learner {mode:7s} lora={lora:2d}: FAILED {row['error']}", flush=True)
                 else:
                     print(
                         f"  learner {mode:7s} lora={lora:2d}: {row['tokens_per_s']:10.1f} "
-                        f"tokens/s, peak {row['peak_bytes'] / 2**30:6.2f} GiB",
+                        f"tokens/s, peak {row['peak_bytes'] / 2**30:6.2f} GiB"
+                        + (f", MFU {row['mfu']:.1%}" if row["mfu"] is not None else ""),
                         flush=True,
                     )
         result["policy"] = policy_sweep(

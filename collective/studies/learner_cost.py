@@ -207,6 +207,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         "peak_bytes": max(peak, 0),
         "naive_logits_bytes": tokens * model.vocab_size * 4,  # [batch, tokens, vocab] float32
         "trainable_parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": sum(p.numel() for p in model.model.parameters()),
         "peak_of": "the step" if cuda or fresh_peak else "the process (an upper bound)",
     }
 

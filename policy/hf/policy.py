@@ -1,35 +1,35 @@
 """A Hugging Face causal LM as an in-process policy: ``--policy hf:DIR``.
 
 The embedded policy for a laptop or a single GPU without a server. A batch (everyone thinking at
-one instant) is one call of :meth:`HFPolicy.generate`; inside it, each request is decoded on its
-own, in a pool of sampling threads:
+one instant) is one call of :meth:`HFPolicy.generate`, decoded as a batch: each prompt is
+prefilled on its own, then every step is one forward over all the live requests
+(:mod:`policy.hf.decoder`), in contiguous shards, one per sampling thread:
 
 - the prompt is the request's rendered through the model's chat template (:func:`prompt_ids`,
   the ids the SGLang client sends and the learner rebuilds);
-- every step applies the action grammar's xgrammar mask and the temperature through
-  :func:`policy.hf.grammar.masked_logits`, the very function the learner scores with, and the
-  sampled token's logprob under that distribution is reported;
+- every step fills the batch's xgrammar masks together and applies each request's mask and
+  temperature through :func:`policy.hf.grammar.masked_logits`, the very function the learner
+  scores with, and the sampled token's logprob under that distribution is reported;
 - token ``t`` is drawn with draw ``t + 1`` of ``collective.base.seeding.Stream(request.seed)``, by
   inverting the masked distribution's CDF (float64 running sum), so a seed names its tokens;
-- decoding stops at a stop token (the grammar allows only those once the action is complete) or
-  after ``max_tokens`` tokens, whichever comes first.
+- a request stops at a stop token (the grammar allows only those once the action is complete)
+  or after ``max_tokens`` tokens, whichever comes first, and leaves the batch.
 
 Shared prompt heads. Every prompt of an action space begins with the same tokens (the chat
 header and the tool list: most of a prompt). Their keys and values are computed once per model
 and action space, by a forward pass of those tokens alone, and each request prefills only the
 rest of its prompt on top of them (SGLang's radix cache does the same on a server).
 
-Batch-invariant by construction. A request's forward passes are its own: the shared head's
-(shape ``[1, head]``, computed from the head's tokens only, so whichever request computes it
-first gets the same keys and values), a prefill of shape ``[1, rest of its prompt]`` and decode
-steps of shape ``[1, 1]`` over its own KV cache, each shape a function of the request alone. No
-other request's tokens, length or count enter any kernel it runs, so its tokens and logprobs are
-the same floats alone, in any batch, in any order, and in a replay whose batches differ from the
-original run's; nothing rests on a kernel happening to treat rows independently. (What the
-bits do depend on is what any computation depends on: the machine, the library versions and the
-number of intra-op threads, which sampling fixes at one per thread; on CUDA, one stream per
-process.) The cost is throughput on a GPU, where batching would fill the device:
-``bench/gpu.py`` measures it; the SGLang path is the one for throughput.
+Batch-invariant by construction. A request's prefill is its own (the shared head's forward, of
+shape ``[1, head]`` and computed from the head's tokens only, then ``[1, rest of its prompt]``),
+and every decode step sums exactly, so its tokens and logprobs are the same floats alone, in any
+batch, at any position, in any order, and in a replay whose batches differ from the original
+run's (:mod:`policy.hf.decoder` says how; ``tests/policy/test_hf_batched.py`` checks it under
+every kernel choice this CPU can be made to take). What the bits do depend on is what any
+computation depends on: the machine, the library versions, and the intra-op threads, which
+sampling fixes at one per thread. A model outside the Llama family decodes each request on its
+own (``AloneDecoder``), invariant because nothing is shared. ``bench/hf_batched.py`` measures
+the throughput against ``transformers``' ``generate``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import trio
 from collective.base.actions import ActionSpace
 from collective.base.seeding import Stream
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
+from policy.hf.decoder import AloneDecoder, FixedDecoder, unsupported
 from policy.hf.grammar import GrammarError, masked_logits
 from policy.hf.model import MIN_SHARED, HFModel, cache_pairs, common_prefix, new_cache
 from policy.hf.prompt import prompt_ids
@@ -95,6 +96,7 @@ class HFPolicy:
         self._lock = threading.Lock()
         self._probes: dict[ActionSpace, list[int]] = {}
         self._prefixes: dict[tuple[int, ...], list] = {}
+        self._decoder: FixedDecoder | AloneDecoder | None = None
 
     @property
     def version(self) -> int:
@@ -131,8 +133,31 @@ class HFPolicy:
             except GrammarError as e:
                 raise PolicyError(f"{where}: {e}") from None
             prompts.append(ids)
+        if not requests:
+            return []
         pool = _pool(self.workers)
-        return list(pool.map(self._one, requests, prompts))
+        # The batch in contiguous shards, one a sampling thread: any split gives the same
+        # answers (module docstring), so the split is only about using the cores.
+        size = -(-len(requests) // self.workers)
+        shards = [range(at, min(at + size, len(requests))) for at in range(0, len(requests), size)]
+        answers = pool.map(
+            lambda rows: self.decode([requests[i] for i in rows], [prompts[i] for i in rows]),
+            shards,
+        )
+        return [a for shard in answers for a in shard]
+
+    def decoder(self) -> FixedDecoder | AloneDecoder:
+        """The decode steps for this policy's model: exact-sum batched ones for the Llama
+        family, one request at a time for any other (made once: a policy's weights never
+        change)."""
+        with self._lock:
+            if self._decoder is None:
+                causal = self.model.causal
+                if unsupported(causal) is None:
+                    self._decoder = FixedDecoder(causal, self.model.cache_arg)
+                else:
+                    self._decoder = AloneDecoder(causal, self.model.cache_arg)
+            return self._decoder
 
     def _shared(self, prompt: list[int], space: ActionSpace) -> tuple[int, list]:
         """The keys and values of this prompt's leading tokens that every prompt of its action
@@ -167,40 +192,58 @@ class HFPolicy:
                 self._prefixes[key] = pairs
         return n, pairs
 
-    def _one(self, r: PolicyRequest, prompt: list[int]) -> PolicyResponse:
+    def decode(
+        self,
+        requests: Sequence[PolicyRequest],
+        prompts: Sequence[list[int]],
+    ) -> list[PolicyResponse]:
+        """Decode a batch together: each step one forward over its live requests, their grammar
+        masks filled together; a request leaves at its stop token or its ``max_tokens``. Runs
+        in a sampling thread (one intra-op thread: the shared heads' float32 forwards too)."""
+        import xgrammar as xgr
+
         model, grammar = self.model, self.model.grammar
-        device = model.device
-        matcher = grammar.matcher(r.space)
-        bitmask = torch.empty((1, grammar.words), dtype=torch.int32)
-        stream = Stream(r.seed)
-        shared, pairs = self._shared(prompt, r.space)
-        cache = new_cache(model.causal.config, pairs)
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        with torch.inference_mode():
-            step = torch.tensor([prompt[shared:]], device=device)
-            for _ in range(r.max_tokens):
-                out = model.causal(
-                    input_ids=step, use_cache=True, logits_to_keep=1, **{model.cache_arg: cache}
-                )
-                matcher.fill_next_token_bitmask(bitmask)
-                z = masked_logits(out.logits[0, -1:], r.temperature, bitmask)[0]
+        n = len(requests)
+        matchers = [grammar.matcher(r.space) for r in requests]
+        streams = [Stream(r.seed) for r in requests]
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
+        heads = [self._shared(p, r.space) for p, r in zip(prompts, requests, strict=True)]
+        rows, logits = self.decoder().start(heads, prompts, max(r.max_tokens for r in requests))
+        masks = xgr.BatchGrammarMatcher(max_threads=1)
+        bitmask = torch.empty((n, grammar.words), dtype=torch.int32)
+        live = list(range(n))
+        while live:
+            masks.batch_fill_next_token_bitmask([matchers[i] for i in live], bitmask)
+            going = []
+            for j, i in enumerate(live):
+                r = requests[i]
+                # a [1, vocab] row of its own: the same bits whatever shares the batch
+                z = masked_logits(logits[j : j + 1], r.temperature, bitmask[j : j + 1])[0]
                 logp = torch.log_softmax(z, dim=-1)
-                token = draw(logp, stream.random())
-                tokens.append(token)
-                logprobs.append(float(logp[token]))
-                if not matcher.accept_token(token):  # cannot happen: the mask allowed it
+                token = draw(logp, streams[i].random())
+                tokens[i].append(token)
+                logprobs[i].append(float(logp[token]))
+                if not matchers[i].accept_token(token):  # cannot happen: the mask allowed it
                     raise PolicyError(f"hf policy: the grammar refused its own token {token}")
-                if matcher.is_terminated():
-                    break
-                step = torch.tensor([[token]], device=device)
-        return PolicyResponse(
-            text=model.tokenizer.decode(tokens, skip_special_tokens=True),
-            token_ids=tokens,
-            logprobs=logprobs,
-            prompt_tokens=len(prompt),
-            version=model.version,
-        )
+                if not matchers[i].is_terminated() and len(tokens[i]) < r.max_tokens:
+                    going.append(j)
+            if not going:
+                break
+            if len(going) < len(live):
+                rows.keep(going)
+                live = [live[j] for j in going]
+            logits = rows.step([tokens[i][-1] for i in live])
+        return [
+            PolicyResponse(
+                text=model.tokenizer.decode(tokens[i], skip_special_tokens=True),
+                token_ids=tokens[i],
+                logprobs=logprobs[i],
+                prompt_tokens=len(prompts[i]),
+                version=model.version,
+            )
+            for i in range(n)
+        ]
 
 
 def load_hf_policy(directory: str, *, device: str = "auto", dtype: str | None = None) -> HFPolicy:

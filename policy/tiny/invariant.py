@@ -56,44 +56,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from policy.fixed import TINY as _TINY
+from policy.fixed import WHOLE_VECTORS, operand_bits, to_fixed
+from policy.fixed import round_up as _round_up
 from policy.tiny.model import Block, TinyTransformer
 
-#: A row whose largest magnitude is below this is scaled as if it were this (an all-zero row
-#: still gets a finite power of two).
-_TINY = 2.0**-100
 _LN2 = math.log(2.0)
-#: Exponentials and GELU run on tensors whose size is a multiple of this (a multiple of every
-#: vector length times unrolling of x86 kernels: no partial last vector).
-WHOLE_VECTORS = 64
-
 #: A key/value cache: per layer, float64 integers (batch, 2, positions, head_dim) and their
 #: powers of two (batch, 2, positions); [:, 0] keys, [:, 1] values. Zeros wherever nothing was
 #: written: such a column adds exactly nothing.
 Cache = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-def operand_bits(terms: int) -> int:
-    """Bits per integer operand so that a sum of ``terms`` products of two operands is exact in
-    float64 even if every operand were up to twice ``2**bits``: ``2 * bits + 1 +
-    ceil(log2(terms)) <= 53`` (and at most 24: a float32 has no more to give)."""
-    return min(24, (52 - (terms - 1).bit_length()) // 2)
-
-
-def to_fixed(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row (last dimension) of ``x`` as ``(m, s)``: float64 integers ``m`` with
-    ``|m| <= 2**bits`` and one power of two ``s`` per row (shape ``(..., 1)``, float64), so that
-    ``x == m * s`` to within ``s / 2``. The power is the smallest one above the row's largest
-    magnitude, divided by ``2**bits``: a function of the row alone, every step exact but the
-    final rounding to an integer."""
-    x = x.double()
-    top = x.abs().amax(dim=-1, keepdim=True).clamp_min_(_TINY)
-    mantissa, _ = torch.frexp(top)  # top = mantissa * 2**e with mantissa in [0.5, 1)
-    inverse = mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
-    return torch.mul(x, inverse).round_(), inverse.reciprocal_()
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 class FixedLinear:

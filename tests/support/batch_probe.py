@@ -1,4 +1,7 @@
-"""Run in a subprocess by ``tests/policy/test_tiny_policy.py``, under settings that steer which
+"""Run in a subprocess by ``tests/policy/test_tiny_policy.py`` (``--model tiny``, the tiny model's
+sampler) and ``tests/policy/test_hf_batched.py`` (``--model hf``: the in-process Hugging Face
+policy over a small Qwen2-architecture model with projection biases, grouped-query attention
+and a feed-forward width that needs padding), under settings that steer which
 kernels torch, MKL and oneDNN pick (environment variables capping the instruction set or setting
 MKL's compatibility mode; ``--threads`` for the process's torch threads, ``--no-mkldnn``): samples
 one set of requests in batches of every size from 1 to ``--positions`` with a request at every
@@ -54,15 +57,45 @@ def request(i: int) -> PolicyRequest:
     )
 
 
+def hf_sampler() -> object:
+    """A small Qwen2 (biases, 6 query heads over 2 key/value heads, feed-forward 72 wide, tied
+    head) over the tests' tokenizer, in the in-process policy with one sampling thread."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from policy.hf.model import HFModel
+    from policy.hf.policy import HFPolicy
+    from tests.support.hf_tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    torch.manual_seed(5)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer) + 64,
+        hidden_size=48,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = HFModel(Qwen2ForCausalLM(config).eval(), tokenizer)
+    return HFPolicy(model, workers=1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=1, help="the process's torch threads")
     p.add_argument("--no-mkldnn", action="store_true")
     p.add_argument("--positions", type=int, default=8)
+    p.add_argument("--model", choices=("tiny", "hf"), default="tiny")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.backends.mkldnn.enabled = not a.no_mkldnn
-    model = TinyModel.fresh(CONFIG, max_rows=1024, workers=1)  # a batch is one forward
+    # the tiny model: a batch is one forward
+    tiny = a.model == "tiny"
+    model = TinyModel.fresh(CONFIG, max_rows=1024, workers=1) if tiny else hf_sampler()
     largest = [request(i) for i in range(max(SIZES))]
     want = [(r.token_ids, r.logprobs) for r in model.sample(largest)]
     differ = []

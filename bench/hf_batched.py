@@ -1,0 +1,183 @@
+"""The in-process ``hf:`` policy decoding a batch as a batch, against ``transformers``' own
+``generate``, side by side in one run.
+
+    python bench/hf_batched.py            # tiny-lm, batches 1, 8, 64, 24 output tokens
+    python bench/hf_batched.py --quick    # batches 1 and 8, one repeat
+
+What it measures, on one intra-op thread (``torch.set_num_threads(1)``, ``workers=1``), so that
+output tokens per CPU-second compare the arithmetic and not how many cores each grabbed:
+
+- **batched**: ``HFPolicy.sample`` as it runs now (each prompt prefilled alone, then one
+  exact-sum forward per step over every live request: :mod:`policy.hf.decoder`), grammar masks
+  included;
+- **alone**: the same policy decoding each request on its own (``AloneDecoder``, what every
+  request did before this edition): the "no slower than today at batch 1" check;
+- **generate**: ``model.generate`` on the same prompts (left-padded, sampling, no grammar,
+  exactly ``max_tokens`` new tokens a row): the field's baseline.
+
+Each is run ``--repeats`` times in turn (interleaved) and the median reported, as output tokens
+per CPU-second of this process; the ratio batched / generate is the issue's target (>= 0.8 at
+batch 64). The grammar's share of the batched run is the CPU of replaying its masks along the
+same outputs (``ActionGrammar.masks``: fill and accept per token) over the batched run's CPU.
+Requests are a workshop episode's first prompts (``bench/sglang_client.py``). Figures go to
+``bench/results/hf_batched/`` (``hf_batched.json`` and ``hf_batched.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+OUT = Path(__file__).resolve().parent / "results" / "hf_batched"
+
+
+def _cpu(fn: Any) -> tuple[float, Any]:
+    t0 = time.process_time()
+    out = fn()
+    return time.process_time() - t0, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.sglang_client import workshop_requests
+    from collective.rl.make_model import make_tiny_lm
+    from policy.hf.decoder import AloneDecoder
+    from policy.hf.model import HFModel
+    from policy.hf.policy import HFPolicy
+    from policy.hf.prompt import prompt_ids
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--sizes", default="", help="batch sizes (default 1,8,64; quick 1,8)")
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--repeats", type=int, default=0, help="runs of each (default 3; quick 1)")
+    p.add_argument("--out", type=Path, default=OUT)
+    a = p.parse_args(argv)
+    sizes = [int(s) for s in (a.sizes or ("1,8" if a.quick else "1,8,64")).split(",")]
+    repeats = a.repeats or (1 if a.quick else 3)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = make_tiny_lm(Path(tmp) / "tiny-lm", seed=0)
+        model = HFModel.load(directory, dtype="float32")
+    causal, tokenizer = model.causal, model.tokenizer
+    requests = workshop_requests(max(sizes), a.max_tokens)
+    batched = HFPolicy(model, workers=1)
+    alone = HFPolicy(model, workers=1)
+    alone._decoder = AloneDecoder(causal, model.cache_arg)  # the per-request path of before
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def generate(batch: list[Any]) -> int:
+        ids = [prompt_ids(tokenizer, r.prompt, r.space) for r in batch]
+        width = max(len(i) for i in ids)
+        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        with torch.inference_mode():
+            out = causal.generate(
+                input_ids=x,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                max_new_tokens=a.max_tokens,
+                min_new_tokens=a.max_tokens,
+                pad_token_id=pad,
+            )
+        return int(out.shape[1] - width) * len(batch)
+
+    def sample(policy: HFPolicy, batch: list[Any]) -> tuple[int, Any]:
+        answers = policy.sample(batch)
+        return sum(len(r.token_ids) for r in answers), answers
+
+    # warm-up, not timed: the exact-sum weights are made once per policy, and first calls
+    # of every path allocate
+    sample(batched, requests[:2]), sample(alone, requests[:2]), generate(requests[:2])
+    rows = []
+    for n in sizes:
+        batch = requests[:n]
+        got: dict[str, list[float]] = {"batched": [], "alone": [], "generate": []}
+        grammar_cpu = []
+        for k in range(repeats):
+            torch.manual_seed(k)
+            cpu, (tokens, answers) = _cpu(lambda: sample(batched, batch))
+            got["batched"].append(tokens / cpu)
+            gcpu, _ = _cpu(
+                lambda: [
+                    model.grammar.masks(r.space, ans.token_ids, "bench")
+                    for r, ans in zip(batch, answers, strict=True)
+                ]
+            )
+            grammar_cpu.append(gcpu / cpu)
+            if n <= 8 or not a.quick:
+                cpu, (tokens, _) = _cpu(lambda: sample(alone, batch))
+                got["alone"].append(tokens / cpu)
+            cpu, tokens = _cpu(lambda: generate(batch))
+            got["generate"].append(tokens / cpu)
+        med = {k: statistics.median(v) for k, v in got.items() if v}
+        row = {
+            "batch": n,
+            "tokens_per_cpu_s": med,
+            "batched_over_generate": med["batched"] / med["generate"],
+            "batched_over_alone": med["batched"] / med["alone"] if "alone" in med else None,
+            "grammar_share_of_batched": statistics.median(grammar_cpu),
+            "runs": got,
+        }
+        rows.append(row)
+        print(
+            f"batch {n:4d}: batched {med['batched']:8.1f}, alone {med.get('alone', 0):8.1f}, "
+            f"generate {med['generate']:8.1f} tokens/CPU-s; batched/generate "
+            f"{row['batched_over_generate']:.2f}x, batched/alone "
+            f"{row['batched_over_alone'] or 0:.2f}x; grammar "
+            f"{100 * row['grammar_share_of_batched']:.0f}% of batched",
+            flush=True,
+        )
+    a.out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "model": "tiny-lm (collective make-model, seed 0)",
+        "max_tokens": a.max_tokens,
+        "repeats": repeats,
+        "threads": 1,
+        "torch": torch.__version__,
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "rows": rows,
+    }
+    (a.out / "hf_batched.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(rows, a.out / "hf_batched.png")
+    print(f"wrote {a.out / 'hf_batched.json'}")
+    return 0
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    from collective.base.outputs import save_figure
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sizes = [r["batch"] for r in rows]
+    for key, label in (
+        ("batched", "hf: batched (exact sums)"),
+        ("alone", "hf: one request at a time"),
+        ("generate", "transformers generate"),
+    ):
+        ys = [r["tokens_per_cpu_s"].get(key) for r in rows]
+        xs = [x for x, y in zip(sizes, ys, strict=True) if y]
+        ax.plot(xs, [y for y in ys if y], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch (requests)")
+    ax.set_ylabel("output tokens per CPU-second (1 thread)")
+    ax.set_title("tiny-lm decoding, side by side in one run")
+    ax.legend()
+    save_figure(fig, path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""Fixed-point arithmetic whose sums are exact: what makes a batched sampler batch-invariant.
+
+Float addition is not associative, and a BLAS library picks the order in which a product's
+terms are summed by the number of rows, their alignment, the instruction set and the threads. So
+a row's result in a plain float32 product can depend on what else is in its batch. Here a row
+is written as integers times one power of two chosen from that row alone (:func:`to_fixed`),
+with few enough bits (:func:`operand_bits`) that every product of two operands, and every
+partial sum of a row's products, is an integer below ``2**53``, which float64 holds exactly.
+A float64 product of such operands is then the same number whatever order, blocking, kernel or
+thread count computes it. Both in-process samplers build on this: the tiny model's
+(:mod:`policy.tiny.invariant`) and the Hugging Face one's (:mod:`policy.hf.decoder`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: A row whose largest magnitude is below this is scaled as if it were this (an all-zero row
+#: still gets a finite power of two).
+TINY = 2.0**-100
+#: Exponentials, GELU and SiLU run on tensors whose size is a multiple of this (a multiple of
+#: every vector length times unrolling of x86 kernels: no partial last vector, whose scalar
+#: path may round otherwise).
+WHOLE_VECTORS = 64
+
+
+def operand_bits(terms: int) -> int:
+    """Bits per integer operand so that a sum of ``terms`` products of two operands is exact in
+    float64 even if every operand were up to twice ``2**bits``: ``2 * bits + 1 +
+    ceil(log2(terms)) <= 53`` (and at most 24: a float32 has no more to give)."""
+    return min(24, (52 - (terms - 1).bit_length()) // 2)
+
+
+def to_fixed(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row (last dimension) of ``x`` as ``(m, s)``: float64 integers ``m`` with
+    ``|m| <= 2**bits`` and one power of two ``s`` per row (shape ``(..., 1)``, float64), so that
+    ``x == m * s`` to within ``s / 2``. The power is the smallest one above the row's largest
+    magnitude, divided by ``2**bits``: a function of the row alone, every step exact but the
+    final rounding to an integer."""
+    if x.dtype != torch.float64:
+        x = x.double()
+    top = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True).clamp_min_(TINY)
+    mantissa, _ = torch.frexp(top)  # top = mantissa * 2**e with mantissa in [0.5, 1)
+    inverse = mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
+    return torch.mul(x, inverse).round_(), inverse.reciprocal_()
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple

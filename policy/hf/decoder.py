@@ -1,0 +1,423 @@
+"""Batched decoding of a Hugging Face causal LM that is batch-invariant by construction.
+
+The in-process sampler (:mod:`policy.hf.policy`) decodes a batch as a batch: one forward per
+step over every live request. A request must still get the same tokens and logprobs alone, in
+any batch, at any position and in a replay whose batches differ, because training batches
+requests as the (simulated) instant falls and a replay batches them otherwise. A plain float32
+forward cannot promise that: a BLAS library sums a product's terms in an order it picks by the
+number of rows (``tests/support/batch_probe.py`` shows rows that round differently at batch 1,
+4 and 8 on this very CPU). Two constructions make the promise:
+
+- **A prompt is prefilled alone**, in the model's own float32 (or bfloat16) arithmetic, with
+  shape ``[1, its own length]`` on top of the shared prompt head's keys and values
+  (:meth:`policy.hf.policy.HFPolicy.prefill`): no other request enters a kernel it runs. Its
+  next-token logits give the first output token; its keys and values go to the cache in fixed
+  point.
+- **Every decode step sums exactly** (:class:`FixedDecoder`): every sum that crosses a batch
+  (the linear layers, attention's scores, softmax total and weighted values, the RMS norms'
+  sums of squares) is of integers below ``2**53`` in float64 (:mod:`policy.fixed`), so it is the
+  same number in any order, blocking, kernel, instruction set or thread count. Everything else
+  is element by element (rotary embedding from a table of the model's positions, residual adds,
+  SiLU on a width padded to whole vectors, IEEE square root and division), or row by row over
+  the vocabulary on a ``[1, vocab]`` tensor of the row's own (mask, log-softmax, the draw).
+
+So a request's result is a function of the request, the weights and the machine, not of its
+neighbours: ``tests/policy/test_hf_batched.py`` compares bytes across batches of 1 to 257, a
+reversed batch and every position of batches 1 to 8, under the kernel settings the probe forces.
+
+Supported: the Llama family as ``transformers`` implements it (``llama``, ``qwen2``,
+``mistral``: RMS norms, rotary embeddings without scaling, grouped-query attention, SiLU-gated
+feed-forward, optional projection biases, tied or separate output head). Another architecture
+decodes each request on its own (:class:`AloneDecoder`, invariant because nothing is shared),
+as every model did before.
+
+The price is precision: operands keep 18 to 24 bits, so a decode step's logits differ from the
+float32 network's by about 1e-6 of their scale; the learner's recomputed logprobs absorb that in
+the importance ratio (1 within 1e-4 on-policy). Float64 products cost about twice float32's on a
+CPU; ``bench/hf_batched.py`` measures the whole against ``transformers``' ``generate``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from policy.fixed import WHOLE_VECTORS, operand_bits, round_up, to_fixed
+from policy.hf.model import cache_pairs, new_cache
+
+#: Model types whose decoder layers :class:`FixedDecoder` implements.
+LLAMA_FAMILY = ("llama", "qwen2", "mistral")
+_LN2 = math.log(2.0)
+#: A batch's cache is compacted once at most this share of its rows is still decoding.
+COMPACT = 0.75
+
+#: Keys and values of one layer for one request, as a model's cache holds them:
+#: ``[1, kv_heads, positions, head_dim]`` each.
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+class Rows(Protocol):
+    """A batch being decoded: one step for the live rows, rows dropped as they finish."""
+
+    def step(self, tokens: Sequence[int]) -> torch.Tensor: ...
+
+    def keep(self, rows: Sequence[int]) -> None: ...
+
+
+def unsupported(causal: Any) -> str | None:
+    """Why :class:`FixedDecoder` cannot run this model (None when it can)."""
+    config = causal.config
+    kind = getattr(config, "model_type", None)
+    if kind not in LLAMA_FAMILY:
+        return f"model_type {kind!r} is not one of {LLAMA_FAMILY}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act {config.hidden_act!r} (the Llama family's is 'silu')"
+    rope = getattr(config, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
+        return f"rope scaling {rope!r}"
+    if getattr(config, "use_sliding_window", False) or (
+        kind == "mistral" and getattr(config, "sliding_window", None)
+    ):
+        return "sliding-window attention"
+    if not hasattr(causal, "model") or not hasattr(causal.model, "rotary_emb"):
+        return "no decoder body with a rotary embedding at .model"
+    return None
+
+
+class _Linear:
+    """``x @ W.T + b`` with the product exact: ``x`` fixed row by row, ``W`` with one power of
+    two per output; float64 in and out. ``pad_in`` zero input units.
+
+    With ``norm`` (an RMS norm's gain and epsilon) it is the same of ``norm(x)``, in one pass:
+    the gain is folded into the weights (a float32 times a float32 is exact in float64), the
+    row's sum of squares is the exact sum of its fixed-point integers squared (the operands'
+    bits leave room for ``in`` squares below ``2**53``), and the row's ``1 / rms`` multiplies the
+    exact product afterwards (IEEE square root and division: the same in a vector lane or a
+    scalar loop)."""
+
+    def __init__(
+        self,
+        weights: Sequence[torch.Tensor],
+        biases: Sequence[Any],
+        pad_in: int = 0,
+        norm: tuple[torch.Tensor, float] | None = None,
+    ) -> None:
+        w = torch.cat([x.detach().double() for x in weights])
+        if norm is not None:
+            w = w * norm[0].detach().double()[None, :]
+        w = F.pad(w, (0, pad_in))
+        self.bits = operand_bits(w.shape[1])
+        self.eps = None if norm is None else float(norm[1])
+        m, s = to_fixed(w, self.bits)  # a power of two per output row
+        self.weight = m.T.contiguous()
+        self.scale = s.T.contiguous()
+        parts = [
+            b.detach().double() if b is not None else torch.zeros(x.shape[0], dtype=torch.float64)
+            for x, b in zip(weights, biases, strict=True)
+        ]
+        self.bias = torch.cat(parts) if any(b is not None for b in biases) else None
+
+    def to(self, device: torch.device) -> _Linear:
+        self.weight, self.scale = self.weight.to(device), self.scale.to(device)
+        self.bias = None if self.bias is None else self.bias.to(device)
+        return self
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        m, s = to_fixed(x, self.bits)
+        if self.eps is not None:  # s / rms: a power of two times one rounded factor
+            squares = torch.mul(m, m).sum(-1, keepdim=True)  # exact
+            s = s / torch.sqrt(squares.mul_(s * s).div_(x.shape[-1]).add_(self.eps))
+        y = torch.mm(m, self.weight).mul_(self.scale).mul_(s)  # exact, exact, one rounding
+        return y if self.bias is None else y.add_(self.bias)
+
+
+class _Layer:
+    def __init__(self, layer: Any, pad: int, device: torch.device) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        before_attn, before_mlp = (
+            (n.weight, float(n.variance_epsilon))
+            for n in (layer.input_layernorm, layer.post_attention_layernorm)
+        )
+        self.qkv = _Linear(
+            [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight],
+            [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias],
+            norm=before_attn,
+        ).to(device)
+        self.o = _Linear([attn.o_proj.weight], [attn.o_proj.bias]).to(device)
+        # gate and up padded with zero units to whole vectors for SiLU (silu(0) * 0 = 0),
+        # down with as many zero inputs
+        gate, up = mlp.gate_proj, mlp.up_proj
+        zeros = torch.zeros(pad, gate.weight.shape[1], dtype=gate.weight.dtype)
+        self.gate_up = _Linear(
+            [gate.weight, zeros, up.weight, zeros],
+            [gate.bias, _zero_bias(gate.bias, pad), up.bias, _zero_bias(up.bias, pad)],
+            norm=before_mlp,
+        ).to(device)
+        self.down = _Linear([mlp.down_proj.weight], [mlp.down_proj.bias], pad_in=pad).to(device)
+        self.scaling = float(attn.scaling)
+
+
+def _zero_bias(bias: Any, n: int) -> torch.Tensor | None:
+    return None if bias is None else torch.zeros(n, dtype=bias.dtype, device=bias.device)
+
+
+class FixedDecoder:
+    """A Llama-family model's decode steps with exact sums (module docstring), over a batch of
+    rows whose keys and values it keeps in fixed point. Built from the model's weights as they
+    are: build a new one after the weights change."""
+
+    @torch.no_grad()
+    def __init__(self, causal: Any, cache_arg: str) -> None:
+        why = unsupported(causal)
+        if why is not None:
+            raise ValueError(f"FixedDecoder: {why}")
+        self.causal, self.cache_arg = causal, cache_arg
+        config, body = causal.config, causal.model
+        self.device = next(causal.parameters()).device
+        self.q_heads = int(config.num_attention_heads)
+        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.q_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.q_heads)
+        self.hidden = int(config.hidden_size)
+        self.context = int(config.max_position_embeddings)
+        # Attention sums at most ``context`` columns (rounded to whole vectors): its operands'
+        # bits, and the exponentials' scale (a row's sum below 2**53).
+        self.max_columns = round_up(self.context, WHOLE_VECTORS)
+        self.bits = operand_bits(max(self.head_dim, self.max_columns))
+        self.exp_bits = 52 - (self.max_columns - 1).bit_length()
+        self.embed = body.embed_tokens.weight.detach().double().to(self.device)
+        self.pad = -int(config.intermediate_size) % WHOLE_VECTORS
+        self.inter = int(config.intermediate_size) + self.pad
+        self.layers = [_Layer(layer, self.pad, self.device) for layer in body.layers]
+        final = (body.norm.weight, float(body.norm.variance_epsilon))
+        self.head = _Linear([causal.get_output_embeddings().weight], [None], norm=final)
+        self.head.to(self.device)
+        # The rotary embedding of every position, once: the model's own cos and sin (what its
+        # prefill used), a table indexed by position.
+        positions = torch.arange(self.context, device=self.device)[None]
+        probe = torch.zeros(1, dtype=torch.float32, device=self.device)
+        cos, sin = body.rotary_emb(probe, positions)
+        self.cos, self.sin = cos[0].double(), sin[0].double()  # (context, head_dim)
+        self.sin[:, : self.head_dim // 2].neg_()  # rotate_half's sign (_rotate)
+
+    def start(
+        self, heads: Sequence[tuple[int, Sequence[Pair]]], prompts: Sequence[list[int]], room: int
+    ) -> tuple[_Fixed, torch.Tensor]:
+        """A batch to decode, prefilled: row r's prompt ``prompts[r]`` whose first ``heads[r][0]``
+        tokens are already in the keys and values ``heads[r][1]`` (per layer, ``[1, kv_heads,
+        n, dim]``: the shared prompt head); ``room`` more tokens a row after the prompt.
+        Returns the rows and each row's first-token logits (float32 ``[rows, vocab]``).
+
+        Each prompt's rest is prefilled alone, by the model itself in its own dtype (a function
+        of the prompt alone: module docstring): on a CPU float32 products cost half of float64's,
+        and a prefill is many rows, so this beats one exact-sum pass over the padded batch
+        (measured: 0.5 s against 1.5 s for 64 workshop prompts on tiny-lm, when this module's
+        first version did that)."""
+        alone = AloneDecoder(self.causal, self.cache_arg)
+        firsts, pairs = [], []
+        for (n, head), prompt in zip(heads, prompts, strict=True):
+            rows, logits = alone.start([(n, head)], [prompt], room)
+            firsts.append(logits[0])
+            pairs.append((len(prompt), cache_pairs(rows.caches[0])))
+        fixed = _Fixed(self, pairs, max(len(p) for p in prompts) + room)
+        return fixed, torch.stack(firsts)
+
+    def attend(
+        self,
+        qm: torch.Tensor,
+        qs: torch.Tensor,
+        km: torch.Tensor,
+        ks: torch.Tensor,
+        vm: torch.Tensor,
+        vs: torch.Tensor,
+        unseen: torch.Tensor,
+        scaling: float,
+    ) -> torch.Tensor:
+        """Attention of one query a row, ``qm * qs`` in fixed point (b, q_heads, dim) and (b,
+        q_heads, 1), over keys and values in fixed point (b, kv_heads, w, dim) with powers (b,
+        kv_heads, w); ``unseen`` (b, 1, w) marks the columns after each row's position.
+        Float64 (b, q_heads * dim). Every sum exact:
+
+        - scores: integer products of queries and keys (exact), times both powers (exact) and
+          the model's scaling (one rounding);
+        - weights: ``exp(score - max)`` as integers with ``2**exp_bits`` for the largest, summed
+          exactly; each divided by the sum, times its value's power over the row's largest
+          power (at most 1), as an integer with ``2**bits`` for 1;
+        - output: the integer product of weights and values (exact), times that largest power
+          over ``2**bits`` (a power of two: exact).
+
+        An unseen column weighs exactly 0, and its power is 0 (nothing is ever written after a
+        row's position: :class:`_Fixed`), so it sets no maximum: neither the cache's width nor
+        any other row can change a row's numbers."""
+        b, h, dim = qm.shape
+        kv, w = km.shape[1], km.shape[2]
+        g = h // kv
+        # (b, kv, ...) as (b * kv, ...): views, the cache's slices included
+        qm, qs = qm.reshape(b * kv, g, dim), qs.reshape(b * kv, g, 1)
+        ks, vs = ks.reshape(b * kv, 1, w), vs.reshape(b * kv, 1, w)
+        scores = torch.bmm(qm, km.reshape(b * kv, w, dim).transpose(1, 2))  # exact
+        scores.mul_(qs).mul_(ks).mul_(scaling).view(b, kv * g, w).masked_fill_(unseen, -1e30)
+        shift = scores.amax(dim=-1, keepdim=True).sub_(self.exp_bits * _LN2)
+        e = scores.sub_(shift).clamp_min_(-64.0).exp_().round_()  # integers below 2**exp_bits
+        total = e.sum(dim=-1, keepdim=True)  # exact
+        top = vs.amax(dim=-1, keepdim=True)  # (b * kv, 1, 1)
+        weights = e.mul_(vs / top).mul_(total.reciprocal_().mul_(2.0**self.bits))
+        out = torch.bmm(weights.round_(), vm.reshape(b * kv, w, dim))  # exact
+        return out.mul_(top).mul_(2.0**-self.bits).view(b, h * dim)
+
+
+class _Fixed:
+    """The rows of a batch decoded by a :class:`FixedDecoder`: their keys and values in fixed
+    point (per layer: integers (rows, kv_heads, width, dim) and powers (rows, kv_heads,
+    width); 0 where nothing was written), each row's next position, and which rows still
+    decode."""
+
+    def __init__(
+        self, net: FixedDecoder, heads: Sequence[tuple[int, Sequence[Pair]]], longest: int
+    ) -> None:
+        self.net = net
+        b = len(heads)
+        width = round_up(longest, WHOLE_VECTORS)
+        if longest > net.context:
+            raise ValueError(f"{longest} positions exceed the model's {net.context}")
+        shape = (b, net.kv_heads, width, net.head_dim)
+        self.keys: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: ints, powers
+        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for layer in range(len(net.layers)):
+            for store, which in ((self.keys, 0), (self.values, 1)):
+                m = torch.zeros(shape, dtype=torch.float64, device=net.device)
+                s = torch.zeros(shape[:-1], dtype=torch.float64, device=net.device)
+                for r, (n, pairs) in enumerate(heads):
+                    if n:
+                        mr, sr = to_fixed(pairs[layer][which][0, :, :n], net.bits)  # by position
+                        m[r, :, :n], s[r, :, :n] = mr, sr[..., 0]
+                store.append((m, s))
+        self.at = [n for n, _ in heads]  # each held row's next position (and on the device:)
+        self.pos = torch.tensor(self.at, dtype=torch.long, device=net.device)
+        self.live = list(range(b))  # the held rows still decoding, in the caller's order
+        self.columns = torch.arange(width, device=net.device)
+        self._index(b)
+
+    def _index(self, b: int) -> None:
+        self.rows = torch.arange(b, device=self.net.device)[:, None]  # (b, 1)
+        self.heads = torch.arange(self.net.kv_heads, device=self.net.device)[None]  # (1, kv)
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Drop every live row but ``rows`` (indices into the live rows, in order). The cache
+        is compacted only once at most ``COMPACT`` of its rows live: until then a finished row
+        rides along (its position frozen, its outputs unread), which costs a little arithmetic
+        and saves copying every layer's cache at every finish. Either way no live row's numbers
+        change: rows never mix."""
+        self.live = [self.live[j] for j in rows]
+        if len(self.live) > COMPACT * len(self.pos):
+            return
+        at = torch.tensor(self.live, dtype=torch.long, device=self.net.device)
+        self.keys = [(m[at], s[at]) for m, s in self.keys]
+        self.values = [(m[at], s[at]) for m, s in self.values]
+        self.pos = self.pos[at]
+        self.at = [self.at[r] for r in self.live]
+        self.live = list(range(len(self.live)))
+        self._index(len(self.live))
+
+    @torch.no_grad()
+    def step(self, tokens: Sequence[int]) -> torch.Tensor:
+        """One token per live row, at its next position; the next-token logits, float32
+        ``[live rows, vocab]``. A finished row that rides along gets token 0 at its frozen
+        position: written into its own row's cache, never read."""
+        net = self.net
+        b, h, kv, dim = len(self.pos), net.q_heads, net.kv_heads, net.head_dim
+        held = [0] * b
+        for row, token in zip(self.live, tokens, strict=True):
+            held[row] = token
+        pos = self.pos
+        width = self.keys[0][0].shape[2]
+        if max(self.at) >= width:
+            raise ValueError("FixedDecoder: a row ran past the room it was given")
+        w = min(width, round_up(max(self.at) + 1, WHOLE_VECTORS))
+        unseen = (self.columns[:w] > pos[:, None])[:, None]  # (b, 1, w)
+        x = net.embed[torch.tensor(held, device=net.device)]
+        cos, sin = net.cos[pos][:, None], net.sin[pos][:, None]  # (b, 1, dim)
+        # where each new key and value goes: row r's head j's column pos[r] of a layer's
+        # cache, seen as (rows * kv_heads * width, dim)
+        into = ((self.rows * kv + self.heads) * width + pos[:, None]).view(-1)
+        for layer, (km, ks), (vm, vs) in zip(net.layers, self.keys, self.values, strict=True):
+            qkv = layer.qkv(x).view(b, h + 2 * kv, dim)
+            rotated = _rotate(qkv[:, : h + kv], cos, sin)
+            m, s = to_fixed(torch.cat((rotated, qkv[:, h + kv :]), dim=1), net.bits)
+            km.view(-1, dim).index_copy_(0, into, m[:, h : h + kv].reshape(-1, dim))
+            vm.view(-1, dim).index_copy_(0, into, m[:, h + kv :].reshape(-1, dim))
+            ks.view(-1).index_copy_(0, into, s[:, h : h + kv].reshape(-1))
+            vs.view(-1).index_copy_(0, into, s[:, h + kv :].reshape(-1))
+            attended = net.attend(
+                m[:, :h],
+                s[:, :h],
+                km[:, :, :w],
+                ks[:, :, :w],
+                vm[:, :, :w],
+                vs[:, :, :w],
+                unseen,
+                layer.scaling,
+            )
+            x = layer.o(attended).add_(x)
+            gate_up = layer.gate_up(x)
+            x = layer.down(F.silu(gate_up[:, : net.inter]).mul_(gate_up[:, net.inter :])).add_(x)
+        going = [row in self.live for row in range(b)] if len(self.live) < b else None
+        if going is None:
+            self.pos = pos + 1
+            self.at = [p + 1 for p in self.at]
+        else:  # a finished row stays where it is
+            self.pos = pos + torch.tensor(going, dtype=torch.long, device=net.device)
+            self.at = [p + g for p, g in zip(self.at, going, strict=True)]
+            x = x[self.live]
+        return net.head(x).float()
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding as ``transformers`` applies it (``x * cos + rotate_half(x) *
+    sin``), element by element; ``sin`` carries rotate_half's sign (its first half negated:
+    ``-a * b`` and ``a * -b`` are the same float)."""
+    return torch.roll(x, x.shape[-1] // 2, dims=-1).mul_(sin).add_(x * cos)
+
+
+class AloneDecoder:
+    """Any other causal LM: each row on its own with the model's own cache, its prompt's rest
+    one ``[1, rest]`` forward, then one ``[1, 1]`` forward a step. Invariant because no kernel
+    sees two requests; slow."""
+
+    def __init__(self, causal: Any, cache_arg: str) -> None:
+        self.causal, self.cache_arg = causal, cache_arg
+
+    def start(
+        self, heads: Sequence[tuple[int, Sequence[Pair]]], prompts: Sequence[list[int]], room: int
+    ) -> tuple[_Alone, torch.Tensor]:
+        rows = _Alone(self, [new_cache(self.causal.config, list(pairs)) for _, pairs in heads])
+        return rows, rows.forward([p[n:] for (n, _), p in zip(heads, prompts, strict=True)])
+
+
+class _Alone:
+    def __init__(self, net: AloneDecoder, caches: list[Any]) -> None:
+        self.net, self.caches = net, caches
+
+    def keep(self, rows: Sequence[int]) -> None:
+        self.caches = [self.caches[r] for r in rows]
+
+    def step(self, tokens: Sequence[int]) -> torch.Tensor:
+        return self.forward([[t] for t in tokens])
+
+    @torch.inference_mode()
+    def forward(self, tokens: Sequence[Sequence[int]]) -> torch.Tensor:
+        causal = self.net.causal
+        device = next(causal.parameters()).device
+        out = []
+        for row_tokens, cache in zip(tokens, self.caches, strict=True):
+            logits = causal(
+                input_ids=torch.tensor([list(row_tokens)], device=device),
+                use_cache=True,
+                logits_to_keep=1,
+                **{self.net.cache_arg: cache},
+            ).logits
+            out.append(logits[0, -1].float())
+        return torch.stack(out)

@@ -1,0 +1,157 @@
+"""The in-process Hugging Face policy decodes a batch as a batch and stays batch-invariant.
+
+Real models (a Qwen2 with biases and grouped-query attention in ``tests/support/batch_probe.py``,
+the ``tiny-lm`` of ``collective make-model``, a GPT-2 for the fallback), real xgrammar, real
+kernels: the same request gives the same bytes alone, in batches of 1 to 257, reversed and at
+every position of batches 1 to 8, under every kernel choice the probe can force; its logprobs
+are the learner's to within float rounding; a model outside the Llama family decodes each
+request alone and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from collective import ActionSpace
+from policy.base import PolicyRequest
+from policy.hf.decoder import AloneDecoder, FixedDecoder, unsupported
+from policy.hf.model import HFModel
+from policy.hf.policy import HFPolicy
+from tests.policy.test_tiny_policy import KERNEL_SETTINGS
+from tests.support.hf_tiny import make_tokenizer, tiny_lm  # noqa: F401  (tiny_lm: a fixture)
+from worlds.tally import Tally
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+SPACE = ActionSpace(Tally(3).tool_specs())
+
+
+def probe(setting: str) -> dict:
+    import json
+
+    env, args = KERNEL_SETTINGS[setting]
+    r = subprocess.run(
+        [sys.executable, str(SUPPORT / "batch_probe.py"), "--model", "hf", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+_DEFAULTS: dict[str, dict] = {}
+
+
+@pytest.mark.parametrize("setting", ["defaults", "mkl-compatible", "threads-3", "sse4.2"])
+def test_batched_decoding_is_batch_invariant_whatever_kernels_the_libraries_pick(setting):
+    """Batches of 1 to 257, a reversed batch of 65, three requests at every position of every
+    batch of 1 to 8: bit-identical tokens and logprobs, under this CPU's defaults, MKL's
+    compatibility mode (where a plain float32 product rounds a row otherwise by batch size: the
+    control), three intra-op threads (the same answers as one: sampling fixes its own) and MKL
+    and oneDNN capped at SSE4.2."""
+    got = probe(setting)
+    assert got["differ"] == [], f"{setting} ({got['capability']}): {got['differ']}"
+    if setting == "defaults":
+        _DEFAULTS["answers"] = got["answers"]
+    if setting == "mkl-compatible" and torch.backends.mkl.is_available():
+        assert got["blas_batch_sizes_that_differ"], "plain products no longer vary: no control"
+    if setting == "threads-3":
+        assert got["answers"] == _DEFAULTS.get("answers", probe("defaults")["answers"])
+
+
+def requests(n: int, space, max_tokens: int = 16) -> list[PolicyRequest]:
+    return [
+        PolicyRequest(
+            agent=i % 7,
+            turn=i,
+            prompt=f"agent {i % 7}: count {i * 3} of 40" + " and more" * (i % 5),
+            space=space,
+            seed=500 + i,
+            max_tokens=(4, max_tokens)[i % 2],
+            temperature=(0.7, 1.0, 1.5)[i % 3],
+        )
+        for i in range(n)
+    ]
+
+
+def test_tiny_lm_batched_equals_alone_and_the_learner_recomputes_its_logprobs(tiny_lm):  # noqa: F811
+    """On the model a user builds: a batch of 24 (two sampling threads, so two shards) answers
+    each request as it is answered alone; rows of 4 and 16 tokens finish at different steps;
+    and the learner's float32 forward recomputes every sampled logprob to within 1e-4 (the
+    exact-sum decode rounds at about 1e-6 of the logits' scale)."""
+    model = HFModel.load(tiny_lm)
+    assert unsupported(model.causal) is None  # qwen2: the exact-sum decoder
+    policy = HFPolicy(model, workers=2)
+    assert isinstance(policy.decoder(), FixedDecoder)
+    space = SPACE
+    batch = requests(24, space)
+    together = policy.sample(batch)
+    alone = [HFPolicy(model, workers=1).sample([r])[0] for r in batch]
+    for a, b in zip(together, alone, strict=True):
+        assert (a.token_ids, a.logprobs, a.text) == (b.token_ids, b.logprobs, b.text)
+    assert {len(a.token_ids) for a in together} > {4}  # the long rows went on
+    assert max(len(a.token_ids) for a in together[::2]) <= 4  # max_tokens held
+    logprobs, _ = model.token_logprobs(
+        [r.prompt for r in batch],
+        [a.token_ids for a in together],
+        [r.space for r in batch],
+        temperature=1.0,
+    )
+    for r, a, lp in zip(batch, together, logprobs, strict=True):
+        if r.temperature == 1.0:
+            assert torch.allclose(torch.tensor(a.logprobs), lp.detach(), atol=1e-4)
+
+
+def test_a_model_outside_the_llama_family_decodes_each_request_alone():
+    """A GPT-2 has no exact-sum decoder: ``unsupported`` names why, the policy decodes each
+    request on its own, and that is batch-invariant too (no kernel sees two requests)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = make_tokenizer()
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=512,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = HFModel(GPT2LMHeadModel(config).eval(), tokenizer)
+    assert "model_type 'gpt2'" in (unsupported(model.causal) or "")
+    with pytest.raises(ValueError, match=r"FixedDecoder: model_type 'gpt2'"):
+        FixedDecoder(model.causal, model.cache_arg)
+    policy = HFPolicy(model, workers=1)
+    assert isinstance(policy.decoder(), AloneDecoder)
+    space = SPACE
+    batch = requests(6, space)
+    together = policy.sample(batch)
+    for r, a in zip(batch, together, strict=True):
+        (b,) = policy.sample([r])
+        assert (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs)
+
+
+def test_a_row_that_would_run_past_its_room_is_refused(tiny_lm):  # noqa: F811
+    """The cache is sized for the batch's prompts and budgets; a caller stepping a row past it
+    gets an error naming the cause, not a write into another row."""
+    model = HFModel.load(tiny_lm)
+    policy = HFPolicy(model, workers=1)
+    space = SPACE
+    (r,) = requests(1, space)
+    from policy.hf.prompt import prompt_ids
+
+    prompt = prompt_ids(model.tokenizer, r.prompt, r.space)
+    head = policy._shared(prompt, r.space)
+    rows, _ = policy.decoder().start([head], [prompt], room=1)
+    width = rows.keys[0][0].shape[2]
+    with pytest.raises(ValueError, match="ran past the room"):
+        for _ in range(width - len(prompt) + 1):
+            rows.step([5])
