@@ -45,5 +45,18 @@ def to_fixed(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.mul(x, inverse).round_(), inverse.reciprocal_()
 
 
+def rounded(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """``m * s`` of :func:`to_fixed` as one float64 tensor: each row rounded to ``bits`` bits
+    below its largest magnitude's power of two. A product of two such rows sums exactly for the
+    same reason integers do (every term is an integer times the same two powers of two), so a
+    caller needs no separate scales as long as each sum stays within one row of each operand."""
+    if x.dtype != torch.float64:
+        x = x.double()
+    top = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True).clamp_min_(TINY)
+    mantissa, _ = torch.frexp(top)
+    inverse = mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
+    return torch.mul(x, inverse).round_().div_(inverse)
+
+
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from policy.fixed import WHOLE_VECTORS, operand_bits, round_up, to_fixed
+from policy.fixed import WHOLE_VECTORS, operand_bits, round_up, rounded, to_fixed
 from policy.hf.model import cache_pairs, new_cache
 
 #: Model types whose decoder layers :class:`FixedDecoder` implements.
@@ -89,15 +89,15 @@ def unsupported(causal: Any) -> str | None:
 
 
 class _Linear:
-    """``x @ W.T + b`` with the product exact: ``x`` fixed row by row, ``W`` with one power of
-    two per output; float64 in and out. ``pad_in`` zero input units.
+    """``x @ W.T + b`` with the product exact: ``x`` rounded row by row, ``W`` output by output
+    (:func:`policy.fixed.rounded`); float64 in and out. ``pad_in`` zero input units.
 
     With ``norm`` (an RMS norm's gain and epsilon) it is the same of ``norm(x)``, in one pass:
     the gain is folded into the weights (a float32 times a float32 is exact in float64), the
-    row's sum of squares is the exact sum of its fixed-point integers squared (the operands'
-    bits leave room for ``in`` squares below ``2**53``), and the row's ``1 / rms`` multiplies the
-    exact product afterwards (IEEE square root and division: the same in a vector lane or a
-    scalar loop)."""
+    row's sum of squares is exact (its rounded entries squared: the operands' bits leave room for
+    ``in`` squares below ``2**53`` times the row's power squared), and the exact product is
+    divided by the row's rms afterwards (IEEE square root and division: the same in a vector
+    lane or a scalar loop)."""
 
     def __init__(
         self,
@@ -112,9 +112,7 @@ class _Linear:
         w = F.pad(w, (0, pad_in))
         self.bits = operand_bits(w.shape[1])
         self.eps = None if norm is None else float(norm[1])
-        m, s = to_fixed(w, self.bits)  # a power of two per output row
-        self.weight = m.T.contiguous()
-        self.scale = s.T.contiguous()
+        self.weight = rounded(w, self.bits).T.contiguous()  # a power of two per output
         parts = [
             b.detach().double() if b is not None else torch.zeros(x.shape[0], dtype=torch.float64)
             for x, b in zip(weights, biases, strict=True)
@@ -122,16 +120,16 @@ class _Linear:
         self.bias = torch.cat(parts) if any(b is not None for b in biases) else None
 
     def to(self, device: torch.device) -> _Linear:
-        self.weight, self.scale = self.weight.to(device), self.scale.to(device)
+        self.weight = self.weight.to(device)
         self.bias = None if self.bias is None else self.bias.to(device)
         return self
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        m, s = to_fixed(x, self.bits)
-        if self.eps is not None:  # s / rms: a power of two times one rounded factor
-            squares = torch.mul(m, m).sum(-1, keepdim=True)  # exact
-            s = s / torch.sqrt(squares.mul_(s * s).div_(x.shape[-1]).add_(self.eps))
-        y = torch.mm(m, self.weight).mul_(self.scale).mul_(s)  # exact, exact, one rounding
+        x = rounded(x, self.bits)
+        y = torch.mm(x, self.weight)  # exact: each term an integer times the two rows' powers
+        if self.eps is not None:  # times 1 / rms: one rounding
+            squares = torch.mul(x, x).sum(-1, keepdim=True)  # exact, for the same reason
+            y.div_(torch.sqrt(squares.div_(x.shape[-1]).add_(self.eps)))
         return y if self.bias is None else y.add_(self.bias)
 
 
@@ -227,21 +225,19 @@ class FixedDecoder:
 
     def attend(
         self,
-        qm: torch.Tensor,
-        qs: torch.Tensor,
-        km: torch.Tensor,
-        ks: torch.Tensor,
+        q: torch.Tensor,
+        keys: torch.Tensor,
         vm: torch.Tensor,
         vs: torch.Tensor,
         unseen: torch.Tensor,
         scaling: float,
     ) -> torch.Tensor:
-        """Attention of one query a row, ``qm * qs`` in fixed point (b, q_heads, dim) and (b,
-        q_heads, 1), over keys and values in fixed point (b, kv_heads, w, dim) with powers (b,
-        kv_heads, w); ``unseen`` (b, 1, w) marks the columns after each row's position.
-        Float64 (b, q_heads * dim). Every sum exact:
+        """Attention of one query a row, rounded (:func:`policy.fixed.rounded`, (b, q_heads,
+        dim)), over rounded keys (b, kv_heads, w, dim) and values in fixed point (b, kv_heads,
+        w, dim) with powers (b, kv_heads, w); ``unseen`` (b, 1, w) marks the columns after each
+        row's position. Float64 (b, q_heads * dim). Every sum exact:
 
-        - scores: integer products of queries and keys (exact), times both powers (exact) and
+        - scores: products of a rounded query and a rounded key (exact: one power each), times
           the model's scaling (one rounding);
         - weights: ``exp(score - max)`` as integers with ``2**exp_bits`` for the largest, summed
           exactly; each divided by the sum, times its value's power over the row's largest
@@ -252,17 +248,16 @@ class FixedDecoder:
         An unseen column weighs exactly 0, and its power is 0 (nothing is ever written after a
         row's position: :class:`_Fixed`), so it sets no maximum: neither the cache's width nor
         any other row can change a row's numbers."""
-        b, h, dim = qm.shape
-        kv, w = km.shape[1], km.shape[2]
-        g = h // kv
+        b, h, dim = q.shape
+        kv, w = keys.shape[1], keys.shape[2]
         # (b, kv, ...) as (b * kv, ...): views, the cache's slices included
-        qm, qs = qm.reshape(b * kv, g, dim), qs.reshape(b * kv, g, 1)
-        ks, vs = ks.reshape(b * kv, 1, w), vs.reshape(b * kv, 1, w)
-        scores = torch.bmm(qm, km.reshape(b * kv, w, dim).transpose(1, 2))  # exact
-        scores.mul_(qs).mul_(ks).mul_(scaling).view(b, kv * g, w).masked_fill_(unseen, -1e30)
+        q = q.reshape(b * kv, h // kv, dim)
+        scores = torch.bmm(q, keys.reshape(b * kv, w, dim).transpose(1, 2))  # exact
+        scores.mul_(scaling).view(b, h, w).masked_fill_(unseen, -1e30)
         shift = scores.amax(dim=-1, keepdim=True).sub_(self.exp_bits * _LN2)
         e = scores.sub_(shift).clamp_min_(-64.0).exp_().round_()  # integers below 2**exp_bits
         total = e.sum(dim=-1, keepdim=True)  # exact
+        vs = vs.reshape(b * kv, 1, w)
         top = vs.amax(dim=-1, keepdim=True)  # (b * kv, 1, 1)
         weights = e.mul_(vs / top).mul_(total.reciprocal_().mul_(2.0**self.bits))
         out = torch.bmm(weights.round_(), vm.reshape(b * kv, w, dim))  # exact
@@ -270,10 +265,10 @@ class FixedDecoder:
 
 
 class _Fixed:
-    """The rows of a batch decoded by a :class:`FixedDecoder`: their keys and values in fixed
-    point (per layer: integers (rows, kv_heads, width, dim) and powers (rows, kv_heads,
-    width); 0 where nothing was written), each row's next position, and which rows still
-    decode."""
+    """The rows of a batch decoded by a :class:`FixedDecoder`: their keys, rounded, and values
+    in fixed point (per layer: (rows, kv_heads, width, dim), and the values' integers with
+    powers (rows, kv_heads, width); 0 where nothing was written), each row's next position,
+    and which rows still decode."""
 
     def __init__(
         self, net: FixedDecoder, heads: Sequence[tuple[int, Sequence[Pair]]], longest: int
@@ -284,17 +279,20 @@ class _Fixed:
         if longest > net.context:
             raise ValueError(f"{longest} positions exceed the model's {net.context}")
         shape = (b, net.kv_heads, width, net.head_dim)
-        self.keys: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: ints, powers
-        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.keys: list[torch.Tensor] = []  # per layer: rounded, by position
+        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: ints, powers
         for layer in range(len(net.layers)):
-            for store, which in ((self.keys, 0), (self.values, 1)):
-                m = torch.zeros(shape, dtype=torch.float64, device=net.device)
-                s = torch.zeros(shape[:-1], dtype=torch.float64, device=net.device)
-                for r, (n, pairs) in enumerate(heads):
-                    if n:
-                        mr, sr = to_fixed(pairs[layer][which][0, :, :n], net.bits)  # by position
-                        m[r, :, :n], s[r, :, :n] = mr, sr[..., 0]
-                store.append((m, s))
+            k = torch.zeros(shape, dtype=torch.float64, device=net.device)
+            m = torch.zeros(shape, dtype=torch.float64, device=net.device)
+            s = torch.zeros(shape[:-1], dtype=torch.float64, device=net.device)
+            for r, (n, pairs) in enumerate(heads):
+                if n:
+                    keys, values = pairs[layer]
+                    k[r, :, :n] = rounded(keys[0, :, :n], net.bits)
+                    mr, sr = to_fixed(values[0, :, :n], net.bits)
+                    m[r, :, :n], s[r, :, :n] = mr, sr[..., 0]
+            self.keys.append(k)
+            self.values.append((m, s))
         self.at = [n for n, _ in heads]  # each held row's next position (and on the device:)
         self.pos = torch.tensor(self.at, dtype=torch.long, device=net.device)
         self.live = list(range(b))  # the held rows still decoding, in the caller's order
@@ -315,7 +313,7 @@ class _Fixed:
         if len(self.live) > COMPACT * len(self.pos):
             return
         at = torch.tensor(self.live, dtype=torch.long, device=self.net.device)
-        self.keys = [(m[at], s[at]) for m, s in self.keys]
+        self.keys = [k[at] for k in self.keys]
         self.values = [(m[at], s[at]) for m, s in self.values]
         self.pos = self.pos[at]
         self.at = [self.at[r] for r in self.live]
@@ -333,7 +331,7 @@ class _Fixed:
         for row, token in zip(self.live, tokens, strict=True):
             held[row] = token
         pos = self.pos
-        width = self.keys[0][0].shape[2]
+        width = self.keys[0].shape[2]
         if max(self.at) >= width:
             raise ValueError("FixedDecoder: a row ran past the room it was given")
         w = min(width, round_up(max(self.at) + 1, WHOLE_VECTORS))
@@ -343,23 +341,15 @@ class _Fixed:
         # where each new key and value goes: row r's head j's column pos[r] of a layer's
         # cache, seen as (rows * kv_heads * width, dim)
         into = ((self.rows * kv + self.heads) * width + pos[:, None]).view(-1)
-        for layer, (km, ks), (vm, vs) in zip(net.layers, self.keys, self.values, strict=True):
+        for layer, keys, (vm, vs) in zip(net.layers, self.keys, self.values, strict=True):
             qkv = layer.qkv(x).view(b, h + 2 * kv, dim)
-            rotated = _rotate(qkv[:, : h + kv], cos, sin)
-            m, s = to_fixed(torch.cat((rotated, qkv[:, h + kv :]), dim=1), net.bits)
-            km.view(-1, dim).index_copy_(0, into, m[:, h : h + kv].reshape(-1, dim))
-            vm.view(-1, dim).index_copy_(0, into, m[:, h + kv :].reshape(-1, dim))
-            ks.view(-1).index_copy_(0, into, s[:, h : h + kv].reshape(-1))
-            vs.view(-1).index_copy_(0, into, s[:, h + kv :].reshape(-1))
+            qk = rounded(_rotate(qkv[:, : h + kv], cos, sin), net.bits)
+            m, s = to_fixed(qkv[:, h + kv :], net.bits)
+            keys.view(-1, dim).index_copy_(0, into, qk[:, h:].reshape(-1, dim))
+            vm.view(-1, dim).index_copy_(0, into, m.reshape(-1, dim))
+            vs.view(-1).index_copy_(0, into, s.reshape(-1))
             attended = net.attend(
-                m[:, :h],
-                s[:, :h],
-                km[:, :, :w],
-                ks[:, :, :w],
-                vm[:, :, :w],
-                vs[:, :, :w],
-                unseen,
-                layer.scaling,
+                qk[:, :h], keys[:, :, :w], vm[:, :, :w], vs[:, :, :w], unseen, layer.scaling
             )
             x = layer.o(attended).add_(x)
             gate_up = layer.gate_up(x)

@@ -151,7 +151,7 @@ def test_a_row_that_would_run_past_its_room_is_refused(tiny_lm):  # noqa: F811
     prompt = prompt_ids(model.tokenizer, r.prompt, r.space)
     head = policy._shared(prompt, r.space)
     rows, _ = policy.decoder().start([head], [prompt], room=1)
-    width = rows.keys[0][0].shape[2]
+    width = rows.keys[0].shape[2]
     with pytest.raises(ValueError, match="ran past the room"):
         for _ in range(width - len(prompt) + 1):
             rows.step([5])
