@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             f"generate {med['generate']:8.1f} tokens/CPU-s; batched/generate "
             f"{row['batched_over_generate']:.2f}x, batched/alone "
             f"{row['batched_over_alone'] or 0:.2f}x; grammar "
-            f"{100 * row['grammar_share_of_batched']:.0f}% of batched",
+            f"{100 * row['grammar_share_of_batched']:.1f}% of batched",
             flush=True,
         )
     a.out.mkdir(parents=True, exist_ok=True)
@@ -176,6 +176,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("output tokens per CPU-second (1 thread)")
     ax.set_title("tiny-lm decoding, side by side in one run")
     ax.legend()
+    fig.tight_layout()
     save_figure(fig, path)
 
 
