@@ -25,9 +25,9 @@ WHOLE_VECTORS = 64
 
 
 def operand_bits(terms: int) -> int:
-    """Bits per integer operand so that a sum of ``terms`` products of two operands is exact in
-    float64 even if every operand were up to twice ``2**bits``: ``2 * bits + 1 +
-    ceil(log2(terms)) <= 53`` (and at most 24: a float32 has no more to give)."""
+    """Bits per integer operand so that a sum of ``terms`` products of two operands of at most
+    ``2**bits`` (rounding can reach it) is at most ``2**52``, exact in float64: ``2 * bits +
+    bit_length(terms - 1) <= 52`` (and at most 24: a float32 has no more to give)."""
     return min(24, (52 - (terms - 1).bit_length()) // 2)
 
 

@@ -10,7 +10,7 @@ number of rows (``tests/support/batch_probe.py`` shows rows that round different
 
 - **A prompt is prefilled alone**, in the model's own float32 (or bfloat16) arithmetic, with
   shape ``[1, its own length]`` on top of the shared prompt head's keys and values
-  (:meth:`policy.hf.policy.HFPolicy.prefill`): no other request enters a kernel it runs. Its
+  (:meth:`FixedDecoder.start`): no other request enters a kernel it runs. Its
   next-token logits give the first output token; its keys and values go to the cache in fixed
   point.
 - **Every decode step sums exactly** (:class:`FixedDecoder`): every sum that crosses a batch
@@ -31,9 +31,13 @@ feed-forward, optional projection biases, tied or separate output head). Another
 decodes each request on its own (:class:`AloneDecoder`, invariant because nothing is shared),
 as every model did before.
 
-The price is precision: operands keep 18 to 24 bits, so a decode step's logits differ from the
-float32 network's by about 1e-6 of their scale; the learner's recomputed logprobs absorb that in
-the importance ratio (1 within 1e-4 on-policy). Float64 products cost about twice float32's on a
+The price is precision: each row is rounded to 16 to 24 bits below its own largest entry
+(fewer for a wider layer or a longer context: 22 for tiny-lm's linear layers and 21 for its
+attention; 18 for attention at a 32k context), so a decode step's logits differ from the float32
+network's by about 1e-6 of their scale on tiny-lm (measured against transformers' own decode:
+1.4e-6 for a small Qwen2, 7.5e-7 for a Llama), more for a model whose activations have large
+outlier channels; the learner's recomputed logprobs absorb that in the importance ratio (1
+within 1e-4 on-policy, measured on tiny-lm). Float64 products cost about twice float32's on a
 CPU; ``bench/hf_batched.py`` measures the whole against ``transformers``' ``generate``.
 """
 
@@ -114,7 +118,9 @@ class _Linear:
         self.eps = None if norm is None else float(norm[1])
         self.weight = rounded(w, self.bits).T.contiguous()  # a power of two per output
         parts = [
-            b.detach().double() if b is not None else torch.zeros(x.shape[0], dtype=torch.float64)
+            b.detach().double()
+            if b is not None
+            else torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
             for x, b in zip(weights, biases, strict=True)
         ]
         self.bias = torch.cat(parts) if any(b is not None for b in biases) else None
@@ -149,7 +155,7 @@ class _Layer:
         # gate and up padded with zero units to whole vectors for SiLU (silu(0) * 0 = 0),
         # down with as many zero inputs
         gate, up = mlp.gate_proj, mlp.up_proj
-        zeros = torch.zeros(pad, gate.weight.shape[1], dtype=gate.weight.dtype)
+        zeros = gate.weight.new_zeros(pad, gate.weight.shape[1])
         self.gate_up = _Linear(
             [gate.weight, zeros, up.weight, zeros],
             [gate.bias, _zero_bias(gate.bias, pad), up.bias, _zero_bias(up.bias, pad)],
@@ -169,12 +175,16 @@ class FixedDecoder:
     are: build a new one after the weights change."""
 
     @torch.no_grad()
-    def __init__(self, causal: Any, cache_arg: str) -> None:
+    def __init__(self, causal: Any, cache_arg: str, weights: Any = None) -> None:
+        """``causal`` prefills (and says the shapes); the decode steps read their weights from
+        ``weights`` (default ``causal``): a LoRA model's adapters merged into a copy, since its
+        layers' ``.weight`` are the base weights alone."""
         why = unsupported(causal)
         if why is not None:
             raise ValueError(f"FixedDecoder: {why}")
         self.causal, self.cache_arg = causal, cache_arg
-        config, body = causal.config, causal.model
+        config, body = causal.config, (weights if weights is not None else causal).model
+        causal_weights = weights if weights is not None else causal
         self.device = next(causal.parameters()).device
         self.q_heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.q_heads)
@@ -191,10 +201,11 @@ class FixedDecoder:
         self.inter = int(config.intermediate_size) + self.pad
         self.layers = [_Layer(layer, self.pad, self.device) for layer in body.layers]
         final = (body.norm.weight, float(body.norm.variance_epsilon))
-        self.head = _Linear([causal.get_output_embeddings().weight], [None], norm=final)
+        self.head = _Linear([causal_weights.get_output_embeddings().weight], [None], norm=final)
         self.head.to(self.device)
-        # The rotary embedding of every position, once: the model's own cos and sin (what its
-        # prefill used), a table indexed by position.
+        # The rotary embedding of every position, once: the model's own cos and sin, a table
+        # indexed by position (its prefill computes the same values for its own positions, up
+        # to float32 rounding of the position times the frequency).
         positions = torch.arange(self.context, device=self.device)[None]
         probe = torch.zeros(1, dtype=torch.float32, device=self.device)
         cos, sin = body.rotary_emb(probe, positions)
@@ -202,11 +213,15 @@ class FixedDecoder:
         self.sin[:, : self.head_dim // 2].neg_()  # rotate_half's sign (_rotate)
 
     def start(
-        self, heads: Sequence[tuple[int, Sequence[Pair]]], prompts: Sequence[list[int]], room: int
+        self,
+        heads: Sequence[tuple[int, Sequence[Pair]]],
+        prompts: Sequence[list[int]],
+        rooms: Sequence[int],
     ) -> tuple[_Fixed, torch.Tensor]:
         """A batch to decode, prefilled: row r's prompt ``prompts[r]`` whose first ``heads[r][0]``
         tokens are already in the keys and values ``heads[r][1]`` (per layer, ``[1, kv_heads,
-        n, dim]``: the shared prompt head); ``room`` more tokens a row after the prompt.
+        n, dim]``: the shared prompt head); ``rooms[r]`` more tokens after it (its own budget: a
+        batch fits the context whenever each of its requests does).
         Returns the rows and each row's first-token logits (float32 ``[rows, vocab]``).
 
         Each prompt's rest is prefilled alone, by the model itself in its own dtype (a function
@@ -217,10 +232,10 @@ class FixedDecoder:
         alone = AloneDecoder(self.causal, self.cache_arg)
         firsts, pairs = [], []
         for (n, head), prompt in zip(heads, prompts, strict=True):
-            rows, logits = alone.start([(n, head)], [prompt], room)
+            rows, logits = alone.start([(n, head)], [prompt], [0])
             firsts.append(logits[0])
             pairs.append((len(prompt), cache_pairs(rows.caches[0])))
-        fixed = _Fixed(self, pairs, max(len(p) for p in prompts) + room)
+        fixed = _Fixed(self, pairs, max(len(p) + r for p, r in zip(prompts, rooms, strict=True)))
         return fixed, torch.stack(firsts)
 
     def attend(
@@ -354,7 +369,8 @@ class _Fixed:
             x = layer.o(attended).add_(x)
             gate_up = layer.gate_up(x)
             x = layer.down(F.silu(gate_up[:, : net.inter]).mul_(gate_up[:, net.inter :])).add_(x)
-        going = [row in self.live for row in range(b)] if len(self.live) < b else None
+        live = set(self.live)
+        going = [row in live for row in range(b)] if len(self.live) < b else None
         if going is None:
             self.pos = pos + 1
             self.at = [p + 1 for p in self.at]
@@ -381,7 +397,10 @@ class AloneDecoder:
         self.causal, self.cache_arg = causal, cache_arg
 
     def start(
-        self, heads: Sequence[tuple[int, Sequence[Pair]]], prompts: Sequence[list[int]], room: int
+        self,
+        heads: Sequence[tuple[int, Sequence[Pair]]],
+        prompts: Sequence[list[int]],
+        rooms: Sequence[int],
     ) -> tuple[_Alone, torch.Tensor]:
         rows = _Alone(self, [new_cache(self.causal.config, list(pairs)) for _, pairs in heads])
         return rows, rows.forward([p[n:] for (n, _), p in zip(heads, prompts, strict=True)])

@@ -478,15 +478,20 @@ class HFModel:
         logp, entropy = torch.cat(lps), torch.cat(ents)
         return list(logp.split(lengths)), list(entropy.split(lengths))
 
+    def merged(self) -> Any:
+        """The causal LM with its LoRA adapters merged in, as a copy (merging in place would
+        round the base weights); the module itself without LoRA."""
+        if not self.lora:
+            return self.causal
+        return copy.deepcopy(self.model).merge_and_unload()
+
     def save(self, directory: str | Path) -> Path:
         """Write the weights (safetensors; merged, under LoRA), config, tokenizer and
         :attr:`version` to ``directory``, the layout SGLang's ``/update_weights_from_disk`` and
         ``--policy hf:DIR`` load; return it."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        module = self.model
-        if self.lora:  # merge into a copy: merging in place would round the base weights
-            module = copy.deepcopy(self.model).merge_and_unload()
+        module = self.merged() if self.lora else self.model
         module.save_pretrained(str(directory), safe_serialization=True)
         self.tokenizer.save_pretrained(str(directory))
         (directory / VERSION_FILE).write_text(json.dumps({"version": self.version}) + "\n")

@@ -154,7 +154,10 @@ class HFPolicy:
             if self._decoder is None:
                 causal = self.model.causal
                 if unsupported(causal) is None:
-                    self._decoder = FixedDecoder(causal, self.model.cache_arg)
+                    # under LoRA the layers' .weight are the base weights: the adapters merged
+                    # into a copy (the policy's weights never change, so once)
+                    merged = self.model.merged() if self.model.lora else None
+                    self._decoder = FixedDecoder(causal, self.model.cache_arg, merged)
                 else:
                     self._decoder = AloneDecoder(causal, self.model.cache_arg)
             return self._decoder
@@ -209,7 +212,7 @@ class HFPolicy:
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
         heads = [self._shared(p, r.space) for p, r in zip(prompts, requests, strict=True)]
-        rows, logits = self.decoder().start(heads, prompts, max(r.max_tokens for r in requests))
+        rows, logits = self.decoder().start(heads, prompts, [r.max_tokens for r in requests])
         masks = xgr.BatchGrammarMatcher(max_threads=1)
         bitmask = torch.empty((n, grammar.words), dtype=torch.int32)
         live = list(range(n))

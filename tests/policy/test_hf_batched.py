@@ -150,8 +150,53 @@ def test_a_row_that_would_run_past_its_room_is_refused(tiny_lm):  # noqa: F811
 
     prompt = prompt_ids(model.tokenizer, r.prompt, r.space)
     head = policy._shared(prompt, r.space)
-    rows, _ = policy.decoder().start([head], [prompt], room=1)
+    rows, _ = policy.decoder().start([head], [prompt], [1])
     width = rows.keys[0].shape[2]
     with pytest.raises(ValueError, match="ran past the room"):
         for _ in range(width - len(prompt) + 1):
             rows.step([5])
+
+
+def test_a_batch_fits_the_context_whenever_each_of_its_requests_does():
+    """Rows are given their own budgets: a long prompt with a short budget beside a short
+    prompt with a long one (each fits the model's 512 positions, the longest prompt plus the
+    largest budget would not) decode together, each as alone."""
+    from tests.support.hf_tiny import make_model
+
+    tokenizer = make_tokenizer()
+    model = HFModel(make_model(tokenizer, seed=4, vocab_size=len(tokenizer) + 64), tokenizer)
+    policy = HFPolicy(model, workers=1)
+    from policy.hf.prompt import prompt_ids
+
+    long_prompt = "add 1 add 2 " * 48
+    n_long = len(prompt_ids(tokenizer, long_prompt, SPACE))
+    short = PolicyRequest(agent=0, turn=0, prompt="go", space=SPACE, seed=1, max_tokens=240)
+    n_short = len(prompt_ids(tokenizer, "go", SPACE))
+    room = 512 - n_long
+    assert 0 < room < 240 and n_short + 240 <= 512, (n_long, n_short)
+    long = PolicyRequest(agent=1, turn=0, prompt=long_prompt, space=SPACE, seed=2, max_tokens=room)
+    together = policy.sample([long, short])
+    for r, a in zip((long, short), together, strict=True):
+        (b,) = policy.sample([r])
+        assert (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs)
+
+
+def test_lora_adapters_are_decoded_not_just_prefilled(tiny_lm):  # noqa: F811
+    """Under LoRA a layer's ``.weight`` is the base weight alone: the exact-sum decoder must use
+    the adapters merged in, or every token after the first comes from the base model. With
+    non-zero adapters the learner (adapters applied) recomputes every sampled logprob."""
+    model = HFModel.load(tiny_lm, lora_rank=4)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # peft starts B at zero: the adapters would change nothing
+    policy = HFPolicy(model, workers=1)
+    batch = [r for r in requests(8, SPACE) if r.temperature == 1.0]
+    answers = policy.sample(batch)
+    assert max(len(a.token_ids) for a in answers) > 2  # decode steps, not just the prefill
+    logprobs, _ = model.token_logprobs(
+        [r.prompt for r in batch], [a.token_ids for a in answers], [r.space for r in batch]
+    )
+    for a, lp in zip(answers, logprobs, strict=True):
+        assert torch.allclose(torch.tensor(a.logprobs), lp.detach(), atol=1e-4)
