@@ -311,8 +311,15 @@ class HFBackend:
             self.serving.publish(version, policy, keep=self.cfg.lag)
             return
         target = self.weights_dir / f"v{version:06d}"
-        model.save(target)
-        await self.serving.update_weights(target, version)
+        if getattr(self.serving, "weights", "disk") != "disk":  # written only if sent by disk
+            from policy.sglang.weights import checkpoint_tensors
+
+            await self.serving.update_weights(
+                lambda: model.save(target), version, tensors=lambda: checkpoint_tensors(model)
+            )
+        else:
+            model.save(target)
+            await self.serving.update_weights(target, version)
         for old in self.weights_dir.glob("v*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)

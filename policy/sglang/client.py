@@ -36,10 +36,25 @@ it (paths are in sgl-project/sglang):
   ``seeds=off`` sends none, and says so in a warning: a replay then samples other tokens.
 - Weight sync (docs/advanced_features/sglang_for_rl.md): ``POST /pause_generation``
   ``{"mode": "abort"}`` (the default mode; servers before the modes existed ignore the body),
-  ``POST /update_weights_from_disk`` ``{"model_path", "weight_version"}`` answering
-  ``{"success", "message", "num_paused_requests"}`` (HTTP 400 when it failed), ``POST
-  /continue_generation`` ``{}``; then ``GET /model_info`` (``/get_model_info`` before the rename)
-  reports the ``weight_version`` the server now holds, which is checked.
+  then the load, then ``GET /model_info`` (``/get_model_info`` before the rename) must report the
+  ``weight_version`` just sent, on every server, before ``POST /continue_generation`` ``{}``.
+  The load (``weights=``; io_struct.py for every field): ``disk`` is ``POST
+  /update_weights_from_disk`` ``{"model_path", "abort_all_requests", "weight_version"}``
+  answering ``{"success", "message", "num_paused_requests"}`` (HTTP 400 when it failed).
+  ``distributed``: ``POST /init_weights_update_group`` ``{"master_address", "master_port",
+  "rank_offset", "world_size", "group_name", "backend"}`` once (the learner is rank 0 and hosts
+  the rendezvous; each server's ranks follow, ``tp_size`` of them; NCCL for GPU tensors, gloo
+  for CPU ones), then per bucket ``POST /update_weights_from_distributed`` ``{"names", "dtypes",
+  "shapes", "group_name", "load_format": "flattened_bucket", "flush_cache",
+  "abort_all_requests", "weight_version"}`` while the learner broadcasts the bucket's bytes
+  (:mod:`policy.sglang.weights` has the layout). ``tensor``: ``POST
+  /update_weights_from_tensor`` ``{"serialized_named_tensors"`` (one entry per TP rank),
+  ``"load_format", "flush_cache", "abort_all_requests", "weight_version"}``. The label rides on
+  the last call only, so a server reports it once it holds every tensor; ``abort_all_requests``
+  is false (the pause already aborted what ran). The in-memory calls are never retried (half a
+  collective cannot be sent twice) and each step (forming the group, one bucket) is bounded by
+  ``sync_timeout``; a refusal, a group that cannot form or a step past it is one warning line
+  naming the server and the cause, and the update, and every later one, goes by disk.
 - ``GET /health`` answers 503 while the server starts and 200 once it serves; ``--api-key``
   servers want ``Authorization: Bearer KEY`` on everything but /health
   (python/sglang/srt/utils, add_api_key_middleware).
@@ -96,6 +111,7 @@ import functools
 import math
 import os
 import re
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -109,8 +125,8 @@ from collective.base.actions import ActionSpace
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.constraint import action_ebnf, action_regex
 from policy.hf.prompt import load_tokenizer, prompt_ids
-from policy.sglang.server import HEALTH_POLL, SGLangServer
-from policy.sglang.spec import Constraint, parse_spec
+from policy.sglang.server import HEALTH_POLL, SGLangServer, free_port
+from policy.sglang.spec import WEIGHTS_METHODS, Constraint, WeightsMethod, parse_spec
 
 log = structlog.get_logger("policy.sglang.client")
 
@@ -122,6 +138,7 @@ _LOGPROB_SLACK = 1e-3  # a logprob above this is not rounding, it is a broken an
 # within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default) plus its 1 s poll, the others at once.
 _QUICK_TIMEOUT = 30.0
 T = TypeVar("T")
+NamedTensors = Sequence[tuple[str, Any]]  # (name, torch.Tensor) as the checkpoint names them
 
 
 @functools.lru_cache(maxsize=256)
@@ -185,6 +202,16 @@ async def _concurrently(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
 
 class _Unreachable(Exception):
     """No HTTP answer: refused, dropped, timed out (the message says which)."""
+
+
+class _NoMemory(Exception):
+    """An in-memory weight transfer that cannot work; the message is one line naming the server
+    (or the learner) and the cause, and the update goes by disk."""
+
+
+def _is_local(url: str) -> bool:
+    host = httpx.URL(url).host
+    return host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
 
 
 class _Lost(PolicyError):
@@ -255,7 +282,12 @@ class SGLangPolicy:
     ``attempts`` bounds the tries of one call, ``backoff`` is the first pause between them
     (doubling after each); ``deadline`` bounds one :meth:`generate` in all (its sends, retries and
     resends; not the one-time readiness check); ``wait`` bounds how long a server may answer
-    /health with 503 (starting) before the first batch.
+    /health with 503 (starting) before the first batch. ``weights`` picks how
+    :meth:`update_weights` loads new weights (``disk``, ``distributed``, ``tensor`` or ``auto``;
+    the module docstring), ``sync_timeout`` bounds each step of an in-memory load,
+    ``bucket_bytes`` the bytes of one bucket, ``group_host`` the address the servers reach this
+    process at for the weight-update group (default: loopback when every server is local, else
+    this host's name resolved).
 
     A server holds one set of weights, so a request pinned to another version
     (``PolicyRequest.version`` other than -1 and :attr:`version`) is refused with
@@ -279,6 +311,10 @@ class SGLangPolicy:
         deadline: float = 600.0,
         servers: Sequence[SGLangServer] = (),
         name: str | None = None,
+        weights: WeightsMethod = "disk",
+        sync_timeout: float = 60.0,
+        bucket_bytes: int = 512 << 20,
+        group_host: str | None = None,
     ) -> None:
         urls = [urls] if isinstance(urls, str) else list(urls)
         if not urls:
@@ -290,6 +326,15 @@ class SGLangPolicy:
                 )
         if len(set(urls)) != len(urls):
             raise ValueError(f"an SGLang server is listed twice in {urls}")
+        if weights not in WEIGHTS_METHODS:
+            raise ValueError(
+                f"weights must be one of {', '.join(WEIGHTS_METHODS)}, got {weights!r}"
+            )
+        if not (0 < sync_timeout < math.inf and bucket_bytes > 0):
+            raise ValueError(
+                f"need finite sync_timeout > 0 and bucket_bytes > 0, got {sync_timeout}, "
+                f"{bucket_bytes}"
+            )
         if constraint not in ("regex", "ebnf"):
             raise ValueError(f"constraint must be 'regex' or 'ebnf', got {constraint!r}")
         if not (
@@ -330,6 +375,16 @@ class SGLangPolicy:
         self._gate = _Gate()
         self._following = False  # a follower: another client loads the weights (see follow)
         self._label_seen = False  # (a follower) every live server reported _label since follow
+        self.weights: WeightsMethod = weights
+        self.sync_timeout = sync_timeout
+        self.bucket_bytes = bucket_bytes
+        self.group_host = group_host
+        self.weights_by_disk_why: str | None = None  # set when a sync fell back to the disk
+        self.last_sync_method: str | None = None  # how the last update reached the servers
+        self._group: Any = None  # the learner's UpdateGroup, once formed
+        self._group_members: tuple[str, ...] = ()  # the servers in it, in rank order
+        self._groups = 0  # groups formed so far (each gets a new name)
+        self._server_args: dict[str, dict[str, Any]] = {}  # /server_info, by server
 
     @property
     def live_servers(self) -> list[str]:
@@ -447,10 +502,24 @@ class SGLangPolicy:
                 pending = [i for i in pending if answers[i] is None]
             return [a for a in answers if a is not None]
 
-    async def update_weights(self, path: str | Path, version: int) -> None:
-        """Load the weights written at ``path`` (a ``save_pretrained`` directory the servers can
-        read) on every live server and record ``version``: every token sampled after this returns
-        carries it. Generation is paused around the load and resumed whatever happens.
+    async def update_weights(
+        self,
+        path: str | Path | Callable[[], str | Path],
+        version: int,
+        *,
+        tensors: Callable[[], NamedTensors] | None = None,
+    ) -> None:
+        """Load new weights on every live server and record ``version``: every token sampled
+        after this returns carries it. Generation is paused around the load and resumed
+        whatever happens.
+
+        ``path`` is a ``save_pretrained`` directory the servers can read, or a function that
+        writes one and returns it (called only when the update goes by disk). ``tensors``, when
+        given, returns the weights as ``(name, tensor)`` pairs named as the checkpoint names
+        them; with :attr:`weights` other than ``"disk"`` they are sent without the disk (see the
+        module docstring), and when that cannot work (a server refuses, the group cannot form,
+        a step passes ``sync_timeout``) one warning line names the server and the cause, and
+        this update and every later one go by disk.
 
         A server refusing the load raises :class:`PolicyError` naming it; the version is left as
         it was, and if other servers did load the weights, generation is refused until an update
@@ -461,24 +530,13 @@ class SGLangPolicy:
             raise ValueError(f"weight version must be >= 0, got {version}")
         if self._following:
             raise PolicyError(f"{self.name}: a follower does not load weights (see follow)")
-        what = f"weights {str(path)!r} as version {version}"
+        what = f"weights as version {version}"
         label = str(version)
         async with self._gate.update(), self._client() as client:
             await self._ensure_ready(client)
 
             async def pause(url: str) -> None:
                 await self._call(client, url, "/pause_generation", {"mode": "abort"}, what)
-
-            async def load(url: str) -> None:
-                body = {"model_path": str(path), "weight_version": label}
-                reply = await self._call(
-                    client, url, "/update_weights_from_disk", body, what, refusal=True
-                )
-                if not (isinstance(reply, dict) and reply.get("success") is True):
-                    message = reply.get("message") if isinstance(reply, dict) else reply
-                    raise PolicyError(
-                        f"SGLang server {url} refused to load {what}: {_excerpt(message, 300)}"
-                    )
 
             async def check(url: str) -> None:
                 info = await self._model_info(client, url, what)
@@ -501,7 +559,7 @@ class SGLangPolicy:
             try:
                 if failed:
                     raise next(iter(failed.values()))
-                loaded, failed = await self._on_all(paused, load)
+                loaded, failed = await self._load(client, paused, path, tensors, label, what)
                 if not failed:
                     loaded, failed = await self._on_all(loaded, check)
                 if failed:
@@ -528,6 +586,277 @@ class SGLangPolicy:
             failed = await resume_all()
             if failed:  # a server left paused would hold every request sent to it
                 raise next(iter(failed.values()))
+
+    # -- weight transfer --------------------------------------------------------------------------
+
+    async def _load(
+        self,
+        client: httpx.AsyncClient,
+        urls: list[str],
+        path: str | Path | Callable[[], str | Path],
+        tensors: Callable[[], NamedTensors] | None,
+        label: str,
+        what: str,
+    ) -> tuple[list[str], dict[str, Exception]]:
+        """Put the weights on the paused servers ``urls``, in memory when it can work, else from
+        the disk: the servers that loaded them and the errors of those that did not."""
+        if urls and tensors is not None and self.weights != "disk" and not self.weights_by_disk_why:
+            named = list(tensors())
+            method = self._method(urls, named)
+            try:
+                if method == "tensor":
+                    await self._by_tensor(client, urls, named, label, what)
+                elif method == "distributed":
+                    await self._by_distributed(client, urls, named, label, what)
+                if method != "disk":
+                    self.last_sync_method = method
+                    return list(urls), {}
+            except _NoMemory as e:
+                self._group_gone()
+                self.weights_by_disk_why = str(e)
+                log.warning(
+                    f"{e}; weights go to the servers by disk (update_weights_from_disk) from now "
+                    "on",
+                    policy=self.name,
+                )
+        directory = str(path() if callable(path) else path)
+
+        async def load(url: str) -> None:
+            body = {"model_path": directory, "abort_all_requests": False, "weight_version": label}
+            reply = await self._call(
+                client, url, "/update_weights_from_disk", body, what, refusal=True
+            )
+            if not (isinstance(reply, dict) and reply.get("success") is True):
+                message = reply.get("message") if isinstance(reply, dict) else reply
+                raise PolicyError(
+                    f"SGLang server {url} refused to load {what} from {directory!r}: "
+                    f"{_excerpt(message, 300)}"
+                )
+
+        self.last_sync_method = "disk"
+        return await self._on_all(urls, load)
+
+    def _method(self, urls: Sequence[str], named: NamedTensors) -> str:
+        """How the weights go this time: ``tensor`` needs the servers on this machine and the
+        tensors on a GPU (CUDA IPC; CPU tensors would travel as file descriptors, which an
+        unrelated process cannot open), ``distributed`` a group every server can join (one
+        data-parallel rank each: a dp_size > 1 server is loaded from the disk)."""
+        if not named:
+            raise PolicyError(f"{self.name}: the learner gave no tensors to send")
+        multi = [u for u in urls if int(self._server_args.get(u, {}).get("dp_size") or 1) > 1]
+        if multi:
+            self.weights_by_disk_why = (
+                f"SGLang server {multi[0]} runs dp_size > 1, which this client does not put in "
+                "a weight-update group"
+            )
+            log.warning(self.weights_by_disk_why + "; weights go by disk", policy=self.name)
+            return "disk"
+        if self.weights != "auto":
+            return self.weights
+        on_gpu = getattr(named[0][1], "is_cuda", False)
+        local = all(_is_local(u) for u in urls)
+        return "tensor" if on_gpu and local else "distributed"
+
+    async def _once(
+        self, client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any], what: str
+    ) -> None:
+        """One control call of an in-memory update, not retried (the server's half of a
+        collective cannot be sent twice): :class:`_NoMemory` naming the server and the cause
+        when it is not answered ``{"success": true}``."""
+        try:
+            r = await client.post(url + path, json=body, timeout=self.sync_timeout)
+        except (httpx.TimeoutException, httpx.TransportError) as e:
+            raise _NoMemory(f"SGLang server {url}: {path} for {what}: {type(e).__name__}") from e
+        try:
+            reply = r.json()
+        except ValueError:
+            reply = {"message": r.text}
+        if r.status_code != 200 or not (isinstance(reply, dict) and reply.get("success") is True):
+            message = reply.get("message") if isinstance(reply, dict) else reply
+            raise _NoMemory(
+                f"SGLang server {url} refused {path} for {what} (HTTP {r.status_code}): "
+                f"{_excerpt(message, 300)}"
+            )
+
+    async def _by_tensor(
+        self,
+        client: httpx.AsyncClient,
+        urls: list[str],
+        named: NamedTensors,
+        label: str,
+        what: str,
+    ) -> None:
+        """``/update_weights_from_tensor`` (io_struct.py, UpdateWeightsFromTensorReqInput:
+        ``serialized_named_tensors`` one entry per TP rank, ``load_format``, ``flush_cache``,
+        ``abort_all_requests``, ``weight_version``), bucket by bucket; the label goes with the
+        last bucket, so a server reports it only once it holds every tensor."""
+        from policy.sglang.weights import buckets, serialize_named_tensors
+
+        parts = buckets(named, self.bucket_bytes)
+        for k, bucket in enumerate(parts):
+            last = k == len(parts) - 1
+            entry = await trio.to_thread.run_sync(serialize_named_tensors, bucket)
+
+            async def send(url: str, entry: str = entry, last: bool = last) -> None:
+                tp = int(self._server_args.get(url, {}).get("tp_size") or 1)
+                body = {
+                    "serialized_named_tensors": [entry] * tp,
+                    "load_format": None,
+                    "flush_cache": last,
+                    "abort_all_requests": False,
+                    "weight_version": label if last else None,
+                }
+                with trio.move_on_after(self.sync_timeout) as scope:
+                    await self._once(client, url, "/update_weights_from_tensor", body, what)
+                if scope.cancelled_caught:
+                    raise _NoMemory(
+                        f"SGLang server {url}: /update_weights_from_tensor for {what} gave no "
+                        f"answer within sync_timeout={self.sync_timeout:g}s"
+                    )
+
+            await _concurrently([functools.partial(send, url) for url in urls])
+
+    async def _by_distributed(
+        self,
+        client: httpx.AsyncClient,
+        urls: list[str],
+        named: NamedTensors,
+        label: str,
+        what: str,
+    ) -> None:
+        """``/update_weights_from_distributed`` (io_struct.py,
+        UpdateWeightsFromDistributedReqInput: ``names``, ``dtypes``, ``shapes``, ``group_name``,
+        ``flush_cache``, ``abort_all_requests``, ``weight_version``, ``load_format``) with
+        ``load_format: "flattened_bucket"``, one call per bucket, while this process broadcasts
+        the bucket's bytes over the group (rank 0). Each bucket is bounded by ``sync_timeout``."""
+        from policy.sglang.weights import buckets, dtype_name, flatten
+
+        if self._group is None or self._group_members != tuple(urls):
+            self._group_gone()
+            await self._form_group(client, urls, named)
+        group = self._group
+        parts = buckets(named, self.bucket_bytes)
+        for k, bucket in enumerate(parts):
+            last = k == len(parts) - 1
+            flat = flatten(bucket)
+            body = {
+                "names": [n for n, _ in bucket],
+                "dtypes": [dtype_name(t) for _, t in bucket],
+                "shapes": [list(t.shape) for _, t in bucket],
+                "group_name": group.group_name,
+                "load_format": "flattened_bucket",
+                "flush_cache": last,
+                "abort_all_requests": False,
+                "weight_version": label if last else None,
+            }
+            await self._bucket(client, urls, group, flat, body, f"bucket {k + 1}/{len(parts)}")
+
+    async def _bucket(
+        self,
+        client: httpx.AsyncClient,
+        urls: list[str],
+        group: Any,
+        flat: Any,
+        body: dict[str, Any],
+        which: str,
+    ) -> None:
+        """One bucket: every server's call and the learner's broadcast, within ``sync_timeout``."""
+        waiting = {*urls, "the learner's broadcast"}
+        what = f"{which} of version {body['weight_version'] or '(label on the last bucket)'}"
+
+        async def post(url: str) -> None:
+            await self._once(client, url, "/update_weights_from_distributed", body, what)
+            waiting.discard(url)
+
+        async def broadcast() -> None:
+            try:
+                await trio.to_thread.run_sync(group.broadcast, flat, abandon_on_cancel=True)
+            except RuntimeError as e:
+                raise _NoMemory(
+                    f"the broadcast of {which} to {', '.join(urls)} failed: {_excerpt(e, 200)}"
+                ) from e
+            waiting.discard("the learner's broadcast")
+
+        jobs: list[Callable[[], Awaitable[None]]] = [functools.partial(post, u) for u in urls]
+        with trio.move_on_after(self.sync_timeout) as scope:
+            await _concurrently([*jobs, broadcast])
+        if scope.cancelled_caught:
+            raise _NoMemory(
+                f"SGLang server(s) {', '.join(sorted(waiting))} did not finish {which} within "
+                f"sync_timeout={self.sync_timeout:g}s (a hung collective)"
+            )
+
+    async def _form_group(
+        self, client: httpx.AsyncClient, urls: list[str], named: NamedTensors
+    ) -> None:
+        """``/init_weights_update_group`` on every server at once (io_struct.py,
+        InitWeightsUpdateGroupReqInput: ``master_address``, ``master_port``, ``rank_offset``,
+        ``world_size``, ``group_name``, ``backend``) while this process joins as rank 0: each
+        server's ranks follow the ranks of the servers before it (its ``tp_size`` each)."""
+        from policy.sglang.weights import UpdateGroup
+
+        ranks = [int(self._server_args.get(u, {}).get("tp_size") or 1) for u in urls]
+        world = 1 + sum(ranks)
+        local = all(_is_local(u) for u in urls)
+        host = self.group_host or ("127.0.0.1" if local else socket.gethostbyname(socket.getfqdn()))
+        backend = "nccl" if getattr(named[0][1], "is_cuda", False) else "gloo"
+        self._groups += 1
+        name = f"collective-weights-{os.getpid()}-{self._groups}"
+        port = free_port()
+        try:
+            group = UpdateGroup(host, port, world, name, backend, self.sync_timeout)
+        except (OSError, RuntimeError) as e:  # e.g. the port was taken meanwhile
+            raise _NoMemory(
+                f"the learner cannot host weight-update group {name} at {host}:{port}: "
+                f"{_excerpt(e, 200)}"
+            ) from e
+        offsets = [1 + sum(ranks[:i]) for i in range(len(urls))]
+        waiting = {*urls, "the learner"}
+
+        async def init(url: str, offset: int) -> None:
+            body = {
+                "master_address": host,
+                "master_port": port,
+                "rank_offset": offset,
+                "world_size": world,
+                "group_name": name,
+                "backend": backend,
+            }
+            await self._once(client, url, "/init_weights_update_group", body, f"group {name}")
+            waiting.discard(url)
+
+        async def join() -> None:
+            try:
+                await trio.to_thread.run_sync(group.join, abandon_on_cancel=True)
+            except RuntimeError as e:
+                raise _NoMemory(
+                    f"weight-update group {name} ({world} ranks) did not form: {_excerpt(e, 200)}"
+                ) from e
+            waiting.discard("the learner")
+
+        jobs: list[Callable[[], Awaitable[None]]] = [
+            functools.partial(init, u, o) for u, o in zip(urls, offsets, strict=True)
+        ]
+        try:
+            with trio.move_on_after(self.sync_timeout) as scope:
+                await _concurrently([*jobs, join])
+        except BaseException:
+            group.close()
+            raise
+        if scope.cancelled_caught:
+            group.close()
+            raise _NoMemory(
+                f"weight-update group {name} ({world} ranks at {host}:{port}) did not form "
+                f"within sync_timeout={self.sync_timeout:g}s; waiting on "
+                + ", ".join(sorted(waiting))
+            )
+        self._group, self._group_members = group, tuple(urls)
+
+    def _group_gone(self) -> None:
+        """Drop the learner's side of the group (the servers' side is left to their timeout)."""
+        if self._group is not None:
+            self._group.close()
+        self._group, self._group_members = None, ()
 
     async def aclose(self) -> None:
         for server in self.servers:
@@ -641,6 +970,7 @@ class SGLangPolicy:
         info, path = await self._first_of(
             client, url, ("/server_info", "/get_server_info"), "the server's settings"
         )
+        self._server_args[url] = info
         deterministic = info.get("enable_deterministic_inference")
         release = _version_tuple(info.get("version"))
         if not self.seeded:
@@ -984,6 +1314,8 @@ def policy_from_spec(arg: str, *, command: Sequence[str] | None = None) -> SGLan
         "wait": spec.wait,
         "timeout": spec.timeout,
         "deadline": spec.deadline,
+        "weights": spec.weights,
+        "sync_timeout": spec.sync_timeout,
         "constraint": spec.constraint,
         "name": f"sglang:{arg}",
     }

@@ -8,8 +8,11 @@ Client options, for both: ``seeds=on|off`` (default on), ``api-key-env=VAR`` (th
 read from that environment variable, never written into the spec, which episodes record),
 ``wait=SECONDS`` (how long a server may answer 503 while it loads; default 900),
 ``timeout=SECONDS`` (one attempt at one call; default 120), ``deadline=SECONDS`` (one batch in
-all; default 600), ``constraint=regex|ebnf`` and ``tokenizer=DIR`` (a local copy of the model's
-tokenizer, for servers on other machines; by default the directory the server reports is read).
+all; default 600), ``constraint=regex|ebnf``, ``tokenizer=DIR`` (a local copy of the model's
+tokenizer, for servers on other machines; by default the directory the server reports is read),
+``weights=disk|tensor|distributed|auto`` (how a weight update reaches the servers; default
+disk; see :mod:`policy.sglang.client`) and ``sync-timeout=SECONDS`` (the deadline of one step of
+an in-memory update: forming the group, one bucket; default 60).
 With ``launch``, every other ``NAME=VALUE`` becomes the server flag ``--NAME VALUE`` (``dp`` and
 ``tp`` stand for ``--dp-size`` and ``--tp-size``), words after ``--`` are passed to the server as
 they are, and the server is always started with ``--enable-deterministic-inference`` while seeds
@@ -32,6 +35,8 @@ import httpx
 import msgspec
 
 Constraint = Literal["regex", "ebnf"]
+WeightsMethod = Literal["disk", "tensor", "distributed", "auto"]
+WEIGHTS_METHODS: tuple[WeightsMethod, ...] = ("disk", "tensor", "distributed", "auto")
 
 _CLIENT_OPTIONS = (
     "seeds",
@@ -41,8 +46,15 @@ _CLIENT_OPTIONS = (
     "deadline",
     "constraint",
     "tokenizer",
+    "weights",
+    "sync-timeout",
 )
-_SECONDS_OPTIONS = ("wait", "timeout", "deadline")  # a finite number of seconds > 0 each
+_SECONDS_OPTIONS = (
+    "wait",
+    "timeout",
+    "deadline",
+    "sync-timeout",
+)  # a finite number of seconds > 0 each
 _FLAG_ALIASES = {"dp": "--dp-size", "tp": "--tp-size"}
 _OWNED_FLAGS = ("--model-path", "--host", "--port", "--api-key")  # set by the launcher itself
 
@@ -60,6 +72,8 @@ class SGLangSpec(msgspec.Struct, frozen=True, kw_only=True):
     deadline: float = 600.0  # one batch in all
     constraint: Constraint = "regex"
     tokenizer: str = ""  # a local tokenizer directory (default: the one the server names)
+    weights: WeightsMethod = "disk"  # how a weight update reaches the servers
+    sync_timeout: float = 60.0  # one in-memory weight transfer step (a bucket, the group)
 
     def launch_args(self, api_key: str | None) -> list[str]:
         """The flags a launched server gets after --model-path, --host and --port."""
@@ -125,10 +139,10 @@ def parse_spec(arg: str) -> SGLangSpec:
             continue
         text = options.pop(key)
         try:
-            fields[key] = float(text)
+            fields[key.replace("-", "_")] = float(text)
         except ValueError:
             raise bad(f"{key} must be a number of seconds, not {text!r}") from None
-        if not (math.isfinite(fields[key]) and fields[key] > 0):
+        if not (math.isfinite(fields[key.replace("-", "_")]) and fields[key.replace("-", "_")] > 0):
             raise bad(f"{key} must be a number of seconds > 0, not {text!r}")
     if "api-key-env" in options:
         fields["api_key_env"] = options.pop("api-key-env")
@@ -140,6 +154,12 @@ def parse_spec(arg: str) -> SGLangSpec:
             raise bad(f"constraint must be regex or ebnf, not {fields['constraint']!r}")
     if "tokenizer" in options:
         fields["tokenizer"] = options.pop("tokenizer")
+    if "weights" in options:
+        fields["weights"] = options.pop("weights")
+        if fields["weights"] not in WEIGHTS_METHODS:
+            raise bad(
+                f"weights must be one of {', '.join(WEIGHTS_METHODS)}, not {fields['weights']!r}"
+            )
     if options and not fields.get("model"):
         raise bad(
             f"unknown option(s) {', '.join(options)}; a URL spec takes {', '.join(_CLIENT_OPTIONS)}"

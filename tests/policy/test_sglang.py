@@ -164,7 +164,10 @@ def test_weight_sync_pauses_updates_checks_continues_and_bumps_the_version(fake,
 
     assert fake.log[n_before:] == [
         ("/pause_generation", {"mode": "abort"}),
-        ("/update_weights_from_disk", {"model_path": str(weights), "weight_version": "3"}),
+        (
+            "/update_weights_from_disk",
+            {"model_path": str(weights), "abort_all_requests": False, "weight_version": "3"},
+        ),
         ("/continue_generation", {}),
     ]
     assert not fake.paused and fake.weight_version == "3"

@@ -36,6 +36,21 @@ with the real status and body:
 - ``POST /update_weights_from_disk`` ``{"model_path", "weight_version"}`` waits for requests in
   flight (the real one takes the model-update lock as writer), answers HTTP 400 with ``"success":
   false`` when the directory holds no model (no config.json), and records the weight version.
+- Weights without the disk (io_struct.py): ``POST /init_weights_update_group`` joins a real
+  torch.distributed gloo group at ``master_address:master_port`` as rank ``rank_offset`` of
+  ``world_size`` (the store laid out as SGLang's init_custom_process_group and torch's helper
+  lay it out); ``/update_weights_from_distributed`` with ``load_format: "flattened_bucket"``
+  receives the bucket's bytes by broadcast from rank 0 and cuts them up by ``names``/``dtypes``/
+  ``shapes``; ``/update_weights_from_tensor`` decodes its ``serialized_named_tensors`` entry
+  (one per TP rank). Each checks what it gets against the weights it holds (read from the model
+  directory's safetensors; a name it lacks, another dtype or shape is a refusal, as load_weights
+  fails there), answers ``{"success": false, "message"}`` (HTTP 400) when it refuses, and holds
+  what it got, bit for bit (:attr:`FakeSGLang.weights`). Stricter than SGLang: every weight call
+  must be a JSON object of known fields that sets ``abort_all_requests`` and ``weight_version``
+  explicitly. :attr:`FakeSGLang.weight_faults` scripts them: ``"refuse"``, ``"hang"`` (answer
+  after :attr:`FakeSGLang.hang` seconds, receiving nothing), ``"wrong-world"`` (join the group
+  counting one rank more: it never forms). What the tensor route cannot stand in for is CUDA IPC:
+  CPU tensors travel as shared memory within this one process.
 - ``GET /model_info`` and ``/server_info`` (``/get_model_info`` and ``/get_server_info`` are the
   names they had before, still served as aliases); ``legacy=True`` stands in for a server of the
   0.5.3 era, which has only the old names (the new ones are 404) and ignores the pause body.
@@ -115,6 +130,14 @@ SAMPLING_KEYS = frozenset(
     ]
 )
 PAUSE_MODES = ("abort", "retract", "in_place")
+# The fields of the weight-update requests (io_struct.py), those this project's client may send.
+_COMMON = ("flush_cache", "abort_all_requests", "weight_version", "load_format")
+DISK_KEYS = frozenset(["model_path", *_COMMON])
+DISTRIBUTED_KEYS = frozenset(["names", "dtypes", "shapes", "group_name", *_COMMON])
+TENSOR_KEYS = frozenset(["serialized_named_tensors", *_COMMON])
+GROUP_KEYS = frozenset(
+    ["master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"]
+)
 UNSEEDED_SEED = 42  # what a deterministic server samples a request without sampling_seed with
 
 
@@ -258,6 +281,10 @@ class FakeSGLang:
         self.server_args = {"dp_size": 1, "tp_size": 1, **(server_args or {})}
         self.weight_version = "default"  # ServerArgs.weight_version's default
         self.records_version = True  # False: a server that ignores weight_version when it loads
+        self.weight_faults: list[str] = []  # scripted per weight-update call (module docstring)
+        self.group_timeout = 10.0  # how long joining a group and one broadcast may take here
+        self.groups: dict[str, Any] = {}  # group_name -> (process group, world_size, rank)
+        self._weights: dict[str, Any] | None = None  # name -> tensor, read on first use
         self.log: list[tuple[str, Any]] = []
         self.faults: list[str] = []
         self.hang = 1.0
@@ -340,6 +367,14 @@ class FakeSGLang:
             return 200, {"message": "Generation continued successfully.", "status": "ok"}
         if path == "/update_weights_from_disk":
             return self.update_weights(body)
+        if path == "/init_weights_update_group":
+            return self.init_group(body)
+        if path == "/update_weights_from_distributed":
+            return self.update_from_distributed(body)
+        if path == "/update_weights_from_tensor":
+            return self.update_from_tensor(body)
+        if path == "/destroy_weights_update_group":
+            return self.destroy_group(body)
         return 404, {"detail": "Not Found"}
 
     def pause(self, mode: Any) -> tuple[int, Any]:
@@ -355,6 +390,9 @@ class FakeSGLang:
         return 200, {"message": "Generation paused successfully.", "status": "ok"}
 
     def update_weights(self, body: dict[str, Any]) -> tuple[int, Any]:
+        refused = self.control(body, DISK_KEYS)
+        if refused:
+            return refused
         with self._cond:  # the model-update lock: wait for the requests in flight
             self._cond.wait_for(lambda: self._in_flight == 0, timeout=30)
             model_path = body.get("model_path")
@@ -364,11 +402,174 @@ class FakeSGLang:
                     "message": f"Failed to get weights iterator: {model_path}",
                     "num_paused_requests": 0,
                 }
+            if any(Path(model_path).glob("*.safetensors")):  # a real checkpoint: held from now
+                loaded = read_safetensors(model_path)
+                why = self.mismatch(list(loaded.items())) if self.weights else None
+                if why:
+                    return 400, {"success": False, "message": why, "num_paused_requests": 0}
+                self.weights.update(loaded)
             message = "Succeeded to update model weights."
             if body.get("weight_version") is not None and self.records_version:
                 self.weight_version = str(body["weight_version"])
                 message += f" Weight version updated to {self.weight_version}."
         return 200, {"success": True, "message": message, "num_paused_requests": 0}
+
+    # -- weights without the disk ---------------------------------------------------------------
+
+    @property
+    def weights(self) -> dict[str, Any]:
+        """The tensors this server holds, by checkpoint name (read from the model directory's
+        safetensors on first use; empty when it has none)."""
+        if self._weights is None:
+            self._weights = read_safetensors(self.model_path)
+        return self._weights
+
+    def control(self, body: Any, keys: frozenset[str]) -> tuple[int, Any] | None:
+        """The client's contract on a weight-update call: a JSON object of known keys that sets
+        ``abort_all_requests`` (a bool) and ``weight_version`` explicitly."""
+        if not isinstance(body, dict):
+            return self.refusal("the body is not a JSON object")
+        unknown = set(body) - keys
+        if unknown:
+            return self.refusal(f"unknown field(s) {sorted(unknown)}")
+        if not isinstance(body.get("abort_all_requests"), bool):
+            return self.refusal("abort_all_requests is not set explicitly")
+        if "weight_version" not in body:
+            return self.refusal("weight_version is not set explicitly")
+        fault = self.weight_faults.pop(0) if self.weight_faults else None
+        if fault == "refuse":
+            return self.refusal("stand-in refusal of this weight update")
+        if fault == "hang":
+            time.sleep(self.hang)
+        return None
+
+    @staticmethod
+    def refusal(message: str) -> tuple[int, Any]:
+        return 400, {"success": False, "message": message}
+
+    def mismatch(self, named: Sequence[tuple[str, Any]]) -> str | None:
+        """Why the server's model cannot take these tensors (names it does not have, another
+        dtype or shape), or None."""
+        held = self.weights
+        if not held:
+            return f"this stand-in's model directory {self.model_path} holds no weights"
+        for name, tensor in named:
+            if name not in held:
+                return f"the model has no parameter named {name!r}"
+            if tensor.dtype != held[name].dtype or tuple(tensor.shape) != tuple(held[name].shape):
+                return (
+                    f"parameter {name!r} is {held[name].dtype} {tuple(held[name].shape)} here, "
+                    f"got {tensor.dtype} {tuple(tensor.shape)}"
+                )
+        return None
+
+    def init_group(self, body: Any) -> tuple[int, Any]:
+        """Join the group as SGLang does (the c10d TCP rendezvous at master_address:master_port,
+        the store prefixed by the group name, then by ``group_name/`` and ``cpu/`` as torch's
+        process-group helper does for gloo), with this server's one rank."""
+        import datetime
+
+        import torch.distributed as dist
+
+        if not isinstance(body, dict) or set(body) - GROUP_KEYS:
+            return self.refusal(f"a bad init_weights_update_group body: {body!r}"[:300])
+        name, world, offset = (
+            body.get("group_name"),
+            body.get("world_size"),
+            body.get("rank_offset"),
+        )
+        if body.get("backend") != "gloo":
+            return self.refusal(
+                f"this stand-in joins gloo groups only, not {body.get('backend')!r}"
+            )
+        if not (isinstance(world, int) and isinstance(offset, int) and 1 <= offset < world):
+            return self.refusal(f"rank_offset {offset!r} does not fit world_size {world!r}")
+        if name in self.groups:
+            return self.refusal(f"group {name!r} exists already")
+        fault = self.weight_faults.pop(0) if self.weight_faults else None
+        if fault == "refuse":
+            return self.refusal("stand-in refusal to join the group")
+        if fault == "wrong-world":  # a server that counts the ranks otherwise: never forms
+            world += 1
+        wait = datetime.timedelta(seconds=self.group_timeout)
+        try:
+            tcp = dist.TCPStore(
+                body["master_address"], body["master_port"], world, False, timeout=wait
+            )
+            store = dist.PrefixStore(f"{name}/", dist.PrefixStore(name, tcp))
+            pg = dist.ProcessGroupGloo(dist.PrefixStore("cpu/", store), offset, world, wait)
+        except Exception as e:  # what SGLang answers when init_custom_process_group fails
+            return self.refusal(f"Failed to init process group: {e}".splitlines()[0][:300])
+        self.groups[name] = (pg, world, offset, tcp)
+        return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
+
+    def destroy_group(self, body: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict) or body.get("group_name") not in self.groups:
+            return self.refusal(f"no group {body!r}"[:300])
+        del self.groups[body["group_name"]]
+        return 200, {"success": True, "message": "Succeeded to destroy custom process group."}
+
+    def update_from_distributed(self, body: Any) -> tuple[int, Any]:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        from policy.sglang.weights import bucket_bytes, unflatten
+
+        refused = self.control(body, DISTRIBUTED_KEYS)
+        if refused:
+            return refused
+        group = self.groups.get(body.get("group_name"))
+        if group is None:
+            return self.refusal(f"Group {body.get('group_name')!r} not in {list(self.groups)}")
+        if body.get("load_format") != "flattened_bucket":
+            return self.refusal("this stand-in receives flattened buckets only")
+        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+        try:
+            assert isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
+            assert len(names) == len(dtypes) == len(shapes) > 0
+            size = bucket_bytes(dtypes, shapes)
+        except (AssertionError, ValueError, TypeError) as e:
+            return self.refusal(f"bad names/dtypes/shapes: {e}")
+        flat = torch.empty(size, dtype=torch.uint8)
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        options.timeout = datetime.timedelta(seconds=self.group_timeout)
+        try:
+            group[0].broadcast([flat], options).wait()
+        except RuntimeError as e:
+            return self.refusal(f"Failed to update parameter online: {e}".splitlines()[0][:300])
+        return self.hold(unflatten(flat, names, dtypes, shapes), body)
+
+    def update_from_tensor(self, body: Any) -> tuple[int, Any]:
+        from policy.sglang.weights import deserialize_named_tensors
+
+        refused = self.control(body, TENSOR_KEYS)
+        if refused:
+            return refused
+        entries = body.get("serialized_named_tensors")
+        tp = int(self.server_args.get("tp_size") or 1)
+        if not (isinstance(entries, list) and len(entries) == tp):
+            return self.refusal(f"serialized_named_tensors needs one entry per TP rank ({tp})")
+        if body.get("load_format") is not None:
+            return self.refusal("this stand-in takes lists of named tensors only")
+        try:
+            named = deserialize_named_tensors(entries[0])
+        except Exception as e:
+            return self.refusal(f"cannot deserialize the tensors: {e}"[:300])
+        return self.hold([(n, t.clone()) for n, t in named], body)
+
+    def hold(self, named: list[tuple[str, Any]], body: dict[str, Any]) -> tuple[int, Any]:
+        """Load tensors received (SGLang's load_weights: a name it lacks or a shape that does
+        not fit fails it)."""
+        why = self.mismatch(named)
+        if why:
+            return self.refusal(f"Failed to update parameter online: {why}")
+        self.weights.update(named)
+        if body.get("weight_version") is not None and self.records_version:
+            self.weight_version = str(body["weight_version"])
+        return 200, {"success": True, "message": "Succeeded to update parameter online."}
 
     def generate(self, body: dict[str, Any]) -> tuple[int, Any]:
         fault = self.faults.pop(0) if self.faults else None
@@ -507,6 +708,19 @@ class FakeSGLang:
             "output_ids": ids,
             "meta_info": meta,
         }
+
+
+def read_safetensors(directory: str | Path) -> dict[str, Any]:
+    """Every tensor of the directory's ``*.safetensors`` files, by name."""
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        return {}
+    from safetensors.torch import load_file
+
+    out: dict[str, Any] = {}
+    for f in files:
+        out.update(load_file(str(f)))
+    return out
 
 
 def stand_in_logprob(token: int) -> float:
