@@ -38,9 +38,9 @@ import torch
 OUT = Path(__file__).resolve().parent / "results" / "hf_batched"
 
 
-def _cpu(fn: Any) -> tuple[float, Any]:
+def _cpu(fn: Any, *args: Any) -> tuple[float, Any]:
     t0 = time.process_time()
-    out = fn()
+    out = fn(*args)
     return time.process_time() - t0, out
 
 
@@ -104,19 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         grammar_cpu = []
         for k in range(repeats):
             torch.manual_seed(k)
-            cpu, (tokens, answers) = _cpu(lambda: sample(batched, batch))
+            cpu, (tokens, answers) = _cpu(sample, batched, batch)
             got["batched"].append(tokens / cpu)
             gcpu, _ = _cpu(
-                lambda: [
-                    model.grammar.masks(r.space, ans.token_ids, "bench")
-                    for r, ans in zip(batch, answers, strict=True)
-                ]
+                lambda pairs: [
+                    model.grammar.masks(r.space, x.token_ids, "bench") for r, x in pairs
+                ],
+                list(zip(batch, answers, strict=True)),
             )
             grammar_cpu.append(gcpu / cpu)
             if n <= 8 or not a.quick:
-                cpu, (tokens, _) = _cpu(lambda: sample(alone, batch))
+                cpu, (tokens, _) = _cpu(sample, alone, batch)
                 got["alone"].append(tokens / cpu)
-            cpu, tokens = _cpu(lambda: generate(batch))
+            cpu, tokens = _cpu(generate, batch)
             got["generate"].append(tokens / cpu)
         med = {k: statistics.median(v) for k, v in got.items() if v}
         row = {
@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from collective.base.outputs import save_figure
-
     import matplotlib
+
+    from collective.base.outputs import save_figure
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
