@@ -423,9 +423,11 @@ def training_facts(run: Path) -> dict[str, Any]:
     and the steps its ledger holds (a run that grew or was retrained makes it stale); read from
     there when the episodes are not (a checkout that has the run but not its episodes); an error
     naming the run when neither holds. A run resumed in another checkout has only some of its
-    episodes: the facts cover those, and ``missing`` counts the rest by step (never silently)."""
+    episodes: the facts cover those and the steps an earlier facts file of the same run kept,
+    and ``missing`` counts the rest by step (never silently)."""
     path = run / FACTS
     key = {"run_digest": run_digest(run), "ledger_steps": _ledger_steps(run)}
+    kept: dict[str, Any] = {}
     if path.exists():
         try:
             kept = json.loads(path.read_text())
@@ -433,14 +435,18 @@ def training_facts(run: Path) -> dict[str, Any]:
             kept = {}  # (a torn write: stale, read again from the episodes)
         if {k: kept.get(k) for k in key} == key:
             return kept
+    # the same run, kept at fewer steps (a partial run committed with its facts, resumed in
+    # another checkout): its steps' facts stand where their episodes are gone
+    earlier = kept.get("steps", {}) if kept.get("run_digest") == key["run_digest"] else {}
     if not (run / "episodes").is_dir():
         raise ValueError(
             f"{run}: its training episodes are not here and {FACTS} is missing or does not "
             "match the run; move the run aside and train it again (it is deterministic) so "
             "that its episodes are written"
         )
-    steps: dict[str, dict[str, Any]] = {}
-    present, missing = training_episodes(run)
+    present, gone = training_episodes(run)
+    steps: dict[str, dict[str, Any]] = {k: v for k, v in earlier.items() if k in gone}
+    missing = {k: n for k, n in gone.items() if k not in steps}
     for step, ep in present:
         row = steps.setdefault(str(step), {"ends": [], "turns": {}, "trained_tokens": 0})
         row["ends"].append(ep.end)

@@ -180,6 +180,9 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
         train(TrainConfig(**fields), runs[name], progress=False)
     orch = frozen_check([runs["orchestrator"]])
     assert orch["sub_agents_frozen"] is True, orch
+    from collective.studies.signs_of_life import training_facts as facts_of
+
+    orch_facts = facts_of(runs["orchestrator"])
     assert orch["turns"]["frozen by sub-agent"] > 0 and orch["turns"]["trained by orchestrator"] > 0
     flat = frozen_check([runs["flat"]])
     assert flat["sub_agents_frozen"] is False and flat["turns"]["trained by sub-agent"] > 0
@@ -201,6 +204,18 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     # counted as missing, not fatal
     (runs["flat"] / "episodes").mkdir()
     assert limit_share([runs["flat"]])["episodes_missing"] == 10
+    # ... unless an earlier facts file of the same run kept them: a partial run committed with
+    # its facts, resumed elsewhere (its ledger grew), keeps its early steps' facts
+    import json
+
+    from collective.studies.signs_of_life import training_facts
+
+    facts = json.loads((runs["orchestrator"] / FACTS).read_text())
+    facts["ledger_steps"] -= 1  # as if kept one step earlier
+    (runs["orchestrator"] / FACTS).write_text(json.dumps(facts))
+    (runs["orchestrator"] / "episodes").mkdir()
+    again = training_facts(runs["orchestrator"])
+    assert again["steps"] == orch_facts["steps"] and again["missing"] == {}
 
 
 def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() -> None:
