@@ -179,6 +179,17 @@ def _version_tuple(text: Any) -> tuple[int, ...] | None:
     return tuple(int(g) for g in match.groups()) if match else None
 
 
+def _bucket_control(last: bool, label: str) -> dict[str, Any]:
+    """The control fields of one in-memory bucket: requests are never aborted (explicitly), and
+    only the last bucket flushes the cache and carries the version label, so a server reports
+    the label once it holds every tensor."""
+    return {
+        "flush_cache": last,
+        "abort_all_requests": False,
+        "weight_version": label if last else None,
+    }
+
+
 async def _concurrently(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
     """Run the jobs at once; their results in order. The first job to fail cancels the rest and
     its exception is raised as itself (not wrapped in an exception group)."""
@@ -702,9 +713,7 @@ class SGLangPolicy:
                 body = {
                     "serialized_named_tensors": [entry] * tp,
                     "load_format": None,
-                    "flush_cache": last,
-                    "abort_all_requests": False,
-                    "weight_version": label if last else None,
+                    **_bucket_control(last, label),
                 }
                 with trio.move_on_after(self.sync_timeout) as scope:
                     await self._once(client, url, "/update_weights_from_tensor", body, what)
@@ -745,9 +754,7 @@ class SGLangPolicy:
                 "shapes": [list(t.shape) for _, t in bucket],
                 "group_name": group.group_name,
                 "load_format": "flattened_bucket",
-                "flush_cache": last,
-                "abort_all_requests": False,
-                "weight_version": label if last else None,
+                **_bucket_control(last, label),
             }
             await self._bucket(client, urls, group, flat, body, f"bucket {k + 1}/{len(parts)}")
 

@@ -10,11 +10,6 @@ request alone and says so.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -23,31 +18,11 @@ from policy.base import PolicyRequest
 from policy.hf.decoder import AloneDecoder, FixedDecoder, unsupported
 from policy.hf.model import HFModel
 from policy.hf.policy import HFPolicy
-from tests.policy.test_tiny_policy import KERNEL_SETTINGS
+from tests.policy.test_tiny_policy import probe
 from tests.support.hf_tiny import make_tokenizer, tiny_lm  # noqa: F401  (tiny_lm: a fixture)
 from worlds.tally import Tally
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
 SPACE = ActionSpace(Tally(3).tool_specs())
-
-
-def probe(setting: str) -> dict:
-    import json
-
-    env, args = KERNEL_SETTINGS[setting]
-    r = subprocess.run(
-        [sys.executable, str(SUPPORT / "batch_probe.py"), "--model", "hf", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.splitlines()[-1])
-
-
-_DEFAULTS: dict[str, dict] = {}
 
 
 @pytest.mark.parametrize("setting", ["defaults", "mkl-compatible", "threads-3", "sse4.2"])
@@ -57,14 +32,12 @@ def test_batched_decoding_is_batch_invariant_whatever_kernels_the_libraries_pick
     compatibility mode (where a plain float32 product rounds a row otherwise by batch size: the
     control), three intra-op threads (the same answers as one: sampling fixes its own) and MKL
     and oneDNN capped at SSE4.2."""
-    got = probe(setting)
+    got = probe(setting, "hf")
     assert got["differ"] == [], f"{setting} ({got['capability']}): {got['differ']}"
-    if setting == "defaults":
-        _DEFAULTS["answers"] = got["answers"]
     if setting == "mkl-compatible" and torch.backends.mkl.is_available():
         assert got["blas_batch_sizes_that_differ"], "plain products no longer vary: no control"
     if setting == "threads-3":
-        assert got["answers"] == _DEFAULTS.get("answers", probe("defaults")["answers"])
+        assert got["answers"] == probe("defaults", "hf")["answers"]
 
 
 def requests(n: int, space, max_tokens: int = 16) -> list[PolicyRequest]:

@@ -279,24 +279,27 @@ KERNEL_SETTINGS: dict[str, tuple[dict[str, str], list[str]]] = {
     "mkl-compatible": ({"MKL_CBWR": "COMPATIBLE"}, []),
     "sse4.2": ({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}, []),
 }
-_PROBED: dict[str, dict] = {}
+_PROBED: dict[tuple[str, str], dict] = {}
+#: Seconds a probe may take, by sampler (the hf one decodes each prompt's prefill alone).
+PROBE_TIMEOUT = {"tiny": 180, "hf": 300}
 
 
-def probe(setting: str) -> dict:
-    """``tests/support/batch_probe.py``'s verdict under ``KERNEL_SETTINGS[setting]`` (run once)."""
-    if setting not in _PROBED:
+def probe(setting: str, model: str = "tiny") -> dict:
+    """``tests/support/batch_probe.py --model MODEL``'s verdict under
+    ``KERNEL_SETTINGS[setting]`` (run once per process)."""
+    if (model, setting) not in _PROBED:
         env, args = KERNEL_SETTINGS[setting]
         r = subprocess.run(
-            [sys.executable, str(SUPPORT / "batch_probe.py"), *args],
+            [sys.executable, str(SUPPORT / "batch_probe.py"), "--model", model, *args],
             env={**os.environ, **env},
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=PROBE_TIMEOUT[model],
             check=False,
         )
         assert r.returncode == 0, r.stderr
-        _PROBED[setting] = json.loads(r.stdout.splitlines()[-1])
-    return _PROBED[setting]
+        _PROBED[model, setting] = json.loads(r.stdout.splitlines()[-1])
+    return _PROBED[model, setting]
 
 
 @pytest.mark.parametrize("setting", list(KERNEL_SETTINGS))
