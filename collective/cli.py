@@ -146,7 +146,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     # now, not a traceback after the whole episode.
     check_runnable(cfg)
     out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
-    notice = make_organisation(cfg.org, cfg.budget).like_flat(one_policy=True)
+    one_policy = not a.policy.startswith("roles:")  # (roles:DIR answers each role apart)
+    notice = make_organisation(cfg.org, cfg.budget).like_flat(one_policy=one_policy)
     if notice:
         say(f"collective run: note: {notice}", file=sys.stderr)
     # Fresh tiny weights always come from seed 0: --seed picks the task and the sampling

@@ -32,6 +32,7 @@ class PolicyRequest(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float = 1.0
     asked: float = 0.0  # simulated time of the request (forks switch policy by it)
     version: int = -1  # the policy version the episode is pinned to (-1: the backend's latest)
+    role: str = ""  # the asking agent's role (a ``RolePolicy`` answers each role with its own)
 
 
 class PolicyResponse(msgspec.Struct, kw_only=True):

@@ -1,7 +1,8 @@
 """Policies by name, as the command line and configs give them.
 
 ``random``; ``tiny`` (fresh weights from the given seed) or ``tiny:PATH`` (a checkpoint);
-``hf:DIR`` (a Hugging Face model directory, sampled in this process);
+``hf:DIR`` (a Hugging Face model directory, sampled in this process); ``roles:DIR`` (a tiny
+checkpoint per role, ``DIR/ROLE/latest.pt``: a ``role_policies`` run's ``checkpoints/roles``);
 ``sglang:URL[,URL...] [OPTION=VALUE ...]`` (a fleet of running servers) or
 ``sglang:launch:MODEL [OPTION=VALUE ...] [-- SGLANG_ARG ...]`` (the options and the spec's syntax
 are in :mod:`policy.sglang.spec`).
@@ -28,9 +29,15 @@ def make_policy(spec: str, *, seed: int = 0) -> Policy:
         return load_hf_policy(arg)
     if name == "sglang":
         return _sglang(arg)
+    if name == "roles":
+        if not arg:
+            raise ValueError("roles:DIR needs a directory of ROLE/latest.pt checkpoints")
+        from policy.roles import load_role_policy
+
+        return load_role_policy(arg)
     raise ValueError(
         f"unknown policy {spec!r}; policies are: random, tiny, tiny:PATH, hf:DIR, sglang:URL, "
-        "sglang:launch:MODEL"
+        "sglang:launch:MODEL, roles:DIR"
     )
 
 

@@ -184,6 +184,7 @@ class Actor:
             asked=ep.now,
             # The pin is the trained policy's: a frozen policy has one version, for good.
             version=ep.cfg.policy_version if self.policy_key == "trained" else -1,
+            role=self.role,
         )
         self.turn += 1
         return req

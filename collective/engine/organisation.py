@@ -38,6 +38,11 @@ class Organisation:
         """The role of an agent the organisation starts with."""
         return "worker"
 
+    def roles(self) -> tuple[str, ...]:
+        """Every role an agent of this organisation can have (started or hired): what
+        ``role_policies`` training gives a policy each."""
+        return ("worker",)
+
     def channels(self, role: str, group: int) -> tuple[str, ...]:
         """Channels an agent subscribes to and may post on or read."""
         return ("all",)
@@ -93,6 +98,9 @@ class Ceo(Organisation):
     def role(self, agent: int, n_agents: int) -> str:
         return "ceo" if agent == 0 else "specialist"
 
+    def roles(self) -> tuple[str, ...]:
+        return ("ceo", "specialist")
+
     def hire_roles(self, role: str) -> tuple[str, ...]:
         return ("specialist",) if role == "ceo" and self.budget > 0 else ()
 
@@ -112,18 +120,33 @@ class Orchestrator(Organisation):
     Every other starting agent is a sub-agent from the start, so ``--agents N`` gives N - 1 of
     them; with a budget the orchestrator may hire (and fire) more, up to ``budget`` alive at once.
     Tasks and reports travel as direct messages; everyone shares the channel ``all``.
+
+    ``orchestrator:trained``: the sub-agents run the ``trained`` policy too, and their turns are
+    training data (with ``role_policies``, each role trains its own policy).
     """
 
     name: ClassVar[str] = "orchestrator"
 
+    def __init__(self, budget: int = 0, option: str = "") -> None:
+        super().__init__(budget)
+        if option not in ("", "trained"):
+            raise ValueError(
+                f"organisation 'orchestrator:{option}': the one option is 'trained' (the "
+                "sub-agents run the trained policy)"
+            )
+        self.subs_trained = option == "trained"
+
     def role(self, agent: int, n_agents: int) -> str:
         return "orchestrator" if agent == 0 else "sub"
+
+    def roles(self) -> tuple[str, ...]:
+        return ("orchestrator", "sub")
 
     def hire_roles(self, role: str) -> tuple[str, ...]:
         return ("sub",) if role == "orchestrator" and self.budget > 0 else ()
 
     def policy_of(self, role: str) -> str:
-        return "frozen" if role == "sub" else "trained"
+        return "frozen" if role == "sub" and not self.subs_trained else "trained"
 
     def like_flat(self, one_policy: bool) -> str:
         if self.budget or not one_policy:

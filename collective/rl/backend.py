@@ -81,6 +81,10 @@ class Backend(Protocol):
 
 
 def make_backend(cfg: TrainConfig, run_dir: Path) -> Backend:
+    if cfg.role_policies:  # a tiny model a role (collective/rl/roles.py)
+        from collective.rl.roles import RoleBackend
+
+        return RoleBackend(cfg)
     if cfg.backend == "tiny":
         return TinyBackend(cfg)
     return HFBackend(cfg, run_dir)

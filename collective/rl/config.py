@@ -115,6 +115,10 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     channel_capacity: int = 64  # finished episodes buffered on their way to the learner
     # -- the policy -------------------------------------------------------------------------
     backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face causal LM (policy/hf/model.py)
+    # Each role of the organisation (ceo and specialist; orchestrator and sub with
+    # org = "orchestrator:trained") trains its own tiny model, learner and versions
+    # (collective/rl/roles.py); false: every trained role shares one policy.
+    role_policies: bool = False
     hf_model: str = ""  # backend = "hf": a local model directory to start from
     hf_build: Literal["", "tiny-lm"] = ""  # build hf_model thus (make-model) if it is absent
     hf_server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."
@@ -151,6 +155,17 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     "drop them or set backend = 'hf'"
                 )
         self._check_mix()
+        if self.role_policies and (self.backend != "tiny" or self.cluster.backend != "local"):
+            raise ValueError(
+                "train config: role_policies is built for backend = 'tiny' on "
+                "cluster.backend = 'local' (a LoRA adapter per role on the hf path, and Ray "
+                "workers serving several roles, are not): drop role_policies or those settings"
+            )
+        if self.role_policies and self.advantage == "turn":
+            raise ValueError(
+                "train config: role_policies with advantage = 'turn' is not built yet (its forks "
+                "have not been checked per role): use advantage 'collective' or 'individual'"
+            )
         if self.advantage == "turn" and self.hf_server:
             raise ValueError(
                 "train config: advantage = 'turn' needs the weights of the version that played "

@@ -63,6 +63,7 @@ class Sample(msgspec.Struct):
     advantage: float
     weight: float
     version: int
+    role: str = ""  # the turn's agent's role (role_policies: which role's learner takes it)
 
 
 class Learner:

@@ -135,6 +135,9 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     worlds: dict[str, dict[str, Any]] = {}
     normalised_score: float | None = None
     normalised_gain: float | None = None
+    # role_policies: each role's learner figures (loss, entropy, trained_tokens, ...), by role;
+    # the fields above are over every role (token-weighted means, collective/rl/roles.py)
+    roles: dict[str, dict[str, float]] = {}
 
 
 class Ledger(msgspec.Struct):

@@ -62,6 +62,7 @@ from collective.rl.credit import leave_one_out
 from collective.rl.forks import group_turn_advantages, trained_turn
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
+from collective.rl.roles import RoleLearner, RoleModels, trained_roles
 from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts, first_configs, team_size
 from collective.rl.rundir import (
     TEAM_BUCKETS,
@@ -273,6 +274,7 @@ def step_samples(
                         float(a),
                         weight,
                         t.version,
+                        t.role,
                     )
                 )
     everything = range(len(groups))
@@ -432,7 +434,13 @@ def validate(cfg: TrainConfig) -> None:
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
     check_training(cfg)
-    if cfg.advantage == "turn" and make_organisation(cfg.org).name == "orchestrator":
+    if cfg.role_policies and len(trained_roles(cfg.org)) < 2:
+        raise ValueError(
+            f"role_policies with org = {cfg.org!r}: it has one trained role "
+            f"({', '.join(trained_roles(cfg.org))}), so one policy already is per role; use "
+            "org = 'ceo' or 'orchestrator:trained', or drop role_policies"
+        )
+    if cfg.advantage == "turn" and "frozen" in _policies_of(cfg.org):
         raise ValueError(
             "advantage = 'turn' with org = 'orchestrator': a fork answers every agent with the "
             "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
@@ -448,6 +456,12 @@ def validate(cfg: TrainConfig) -> None:
             )
     for episode in first_configs(cfg):
         check_runnable(episode)
+
+
+def _policies_of(org: str) -> set[str]:
+    """The policies an organisation's roles run (``trained``, ``frozen``)."""
+    o = make_organisation(org)
+    return {o.policy_of(r) for r in o.roles()}
 
 
 def _check_init(cfg: TrainConfig, model: Any) -> None:
@@ -537,8 +551,12 @@ def _train(
         ) from None
     _check_init(cfg, model)
     # The orchestrator's sub-agents answer with the weights training starts from, for good.
-    frozen = backend.frozen(model) if make_organisation(cfg.org).name == "orchestrator" else None
-    learner = Learner(model, cfg, backend.logprob_kwargs())
+    frozen = backend.frozen(model) if "frozen" in _policies_of(cfg.org) else None
+    learner: Learner | RoleLearner
+    if isinstance(model, RoleModels):  # role_policies: a learner a role
+        learner = RoleLearner(model, cfg, backend.logprob_kwargs())
+    else:
+        learner = Learner(model, cfg, backend.logprob_kwargs())
     state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
     # The weights of every version rollouts may still use (pinned backends only).
     serving_weights: dict[int, Any] = {0: backend.weights(model)} if backend.pinned else {}

@@ -44,8 +44,10 @@ def train_digest(cfg: TrainConfig) -> str:
     """The digest of a training run: its full resolved config, every field it reads (the
     turn-credit settings only under ``advantage = "turn"``: :data:`TURN_ONLY`; the mix's only
     with ``[[worlds]]``: :data:`MIX_ONLY`), so a run made before those settings existed keeps
-    its digest."""
+    its digest; ``role_policies`` only when on)."""
     fields = msgspec.to_builtins(cfg)
+    if not cfg.role_policies:
+        fields.pop("role_policies")
     if cfg.advantage != "turn":
         fields = {k: v for k, v in fields.items() if k not in TURN_ONLY}
     if not cfg.worlds:
