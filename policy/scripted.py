@@ -170,3 +170,34 @@ def workshop_scripts() -> dict[str, Callable[[], WorkshopScript]]:
             hire=True, keys="never", avoid=True, name="no_communication"
         ),
     }
+
+
+# -- a scripted player of the library (worlds/library.py) ---------------------------------------
+
+_LOCK = re.compile(r"(\d+):(open|shut)(\+lib|\+pub)?")
+
+
+class LibraryScript:
+    """Reads the library's observation (``locks 0:shut+lib 1:open ...``): recalls a shut lock
+    the library holds, else tries a key in a shut lock (keys tried in turn, from the request's
+    own seed), and with ``publish`` puts each lock it sees open (not from the library, not yet
+    published) there. Without ``publish`` it is the player who uses the commons and never feeds
+    it. It reads only the prompt: one instance may play many episodes at once."""
+
+    def __init__(self, publish: bool = True) -> None:
+        self.publish = publish
+
+    def __call__(self, r: PolicyRequest) -> str:
+        locks = _LOCK.findall(r.prompt.split("\n", 1)[0])
+        for i, state, lib in locks:
+            if state == "shut" and lib == "+lib":
+                return f"recall {i}"
+        if self.publish:
+            for i, state, lib in locks:
+                if state == "open" and not lib:
+                    return f"publish {i}"
+        shut = [int(i) for i, state, _ in locks if state == "shut"]
+        if not shut:
+            return "wait 5"
+        lock = shut[r.agent % len(shut)]
+        return f"try_key {lock} {1 + int(Stream(r.seed).random() * 6)}"

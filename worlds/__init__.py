@@ -7,4 +7,5 @@ BUILTIN: dict[str, str] = {
     "market": "worlds.market:Market",
     "repo": "worlds.repo:Repo",
     "wildfire": "worlds.wildfire:Wildfire",
+    "library": "worlds.library:Library",
 }

@@ -97,6 +97,15 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     fork_turns: int = 2  # advantage = "turn": turns forked per rollout (the rest keep A_i)
     fork_samples: int = 2  # forks per forked turn: the Monte Carlo samples of its state's value
     fork_horizon: float = 0.0  # seconds after a fork its return is read at; 0: the end
+    # -- a commons: goods that outlive an episode (collective/rl/commons.py) -------------------
+    # off: the world plays without one; on: what episodes contribute is there for the episodes
+    # that start later; credit: and the turns that made an entry are credited with its measured
+    # value to later episodes (re-runs without it)
+    commons: Literal["off", "on", "credit"] = "off"
+    commons_size: int = 6  # entries kept (the oldest go)
+    commons_credit_entries: int = 2  # credit: entries whose value is measured a step
+    commons_credit_reruns: int = 2  # credit: episodes re-run without each of them
+    commons_discount: float = 0.9  # credit: per step between a contribution and its use
     # -- loss -------------------------------------------------------------------------------
     learning_rate: float = 3e-3
     clip: float = 0.2  # PPO clip on the importance ratio
@@ -155,6 +164,21 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     "drop them or set backend = 'hf'"
                 )
         self._check_mix()
+        if self.commons == "off" and (given := self._set(COMMONS_ONLY)):
+            raise ValueError(
+                f"train config: commons = 'off' ignores {given}: drop them or set commons"
+            )
+        if self.commons != "off" and (self.worlds or self.cluster.backend != "local"):
+            raise ValueError(
+                "train config: a commons is built for one world ([[worlds]] each with its own "
+                "commons is not) on cluster.backend = 'local' (Ray workers would each need it): "
+                "drop commons or those settings"
+            )
+        if self.commons != "off" and self.hf_server:
+            raise ValueError(
+                "train config: a commons needs episodes pinned to policy versions (its versions "
+                "follow them), which a server holding one version does not give: drop hf_server"
+            )
         if self.role_policies and (self.backend != "tiny" or self.cluster.backend != "local"):
             raise ValueError(
                 "train config: role_policies is built for backend = 'tiny' on "
@@ -281,6 +305,10 @@ DOMAINS: dict[str, Domain] = {
     "temperature": FINITE_POSITIVE,
     "max_output_tokens": _at_least(1),
     "snapshot_every": _at_least(1),
+    "commons_size": _at_least(1),
+    "commons_credit_entries": _at_least(1),
+    "commons_credit_reruns": _at_least(1),
+    "commons_discount": Domain(lambda x: 0 <= x <= 1, "in [0, 1]"),
 }
 STRINGS = {
     "world": "validate() (the registry builds it)",
@@ -324,6 +352,14 @@ REPLACED_BY_MIX = (
 #: left out of a run's study digest when at them, with ``worlds`` itself: a run made before the
 #: mix existed keeps its digest.
 MIX_ONLY = ("world_normalise", "baseline_episodes")
+#: The settings only a commons reads (held at their defaults, and out of a run's study digest,
+#: with ``commons`` itself, when it is off).
+COMMONS_ONLY = (
+    "commons_size",
+    "commons_credit_entries",
+    "commons_credit_reruns",
+    "commons_discount",
+)
 #: Every field's default, what "set away from its default" is judged against.
 DEFAULTS: dict[str, Any] = {
     f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()

@@ -25,6 +25,7 @@ from collective.base.seeding import derive
 from collective.engine.conductor import Conductor
 from collective.records import Episode, EpisodeConfig, world_error
 from collective.rl.backend import Backend, Weights
+from collective.rl.commons import CommonsStore
 from collective.rl.config import TrainConfig, WorldEntry, mix, time_limit_at, world_of
 from collective.rl.rundir import RunDir
 from policy.base import Policy, TrainableModel
@@ -107,9 +108,15 @@ class Schedule:
     exists: group g belongs to step g // B and may use weights ``lag`` versions older."""
 
     def __init__(
-        self, cfg: TrainConfig, first_group: int, have: set[tuple[int, int]], pin: bool = True
+        self,
+        cfg: TrainConfig,
+        first_group: int,
+        have: set[tuple[int, int]],
+        pin: bool = True,
+        commons: CommonsStore | None = None,
     ) -> None:
         self.cfg = cfg
+        self.commons = commons  # the run's commons, whose version v an episode of v starts from
         self.pin = pin  # False: the server holds one version; episodes take whatever it has
         self.group, self.member = first_group, 0
         self.have = have  # (group, member) already on disk: not run again
@@ -146,6 +153,8 @@ class Schedule:
         else:
             version = self._needs() if self.cfg.sync == "pinned" else self.latest
         ep = team_config(self.cfg, self.group, self.member, version)
+        if self.commons is not None:
+            ep = self.commons.apply(ep, version)
         self.issued[ep.sample_seed] = (self.group, self.member)
         self._advance()
         return ep
@@ -169,6 +178,7 @@ class RolloutArgs:
     # The weights of every version rollouts may still use (pinned backends), as the learner
     # keeps them: at the start, the one(s) a run begins or resumes with.
     serving_weights: dict[int, Weights]
+    commons: CommonsStore | None = None  # commons = "on"/"credit": the run's commons
 
 
 class Rollouts:
@@ -241,7 +251,9 @@ class LocalRollouts(Rollouts):
     def __init__(self, args: RolloutArgs, frozen: Policy | None = None) -> None:
         super().__init__(args)
         self.frozen = frozen  # the orchestrator's sub-agents' policy, if any
-        self.schedule = Schedule(self.cfg, self.first_group, self.on_disk, pin=self.backend.pinned)
+        self.schedule = Schedule(
+            self.cfg, self.first_group, self.on_disk, pin=self.backend.pinned, commons=args.commons
+        )
         self.schedule.latest = self.first_step
         self.conductor: Conductor | None = None
 

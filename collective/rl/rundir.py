@@ -40,6 +40,7 @@ import trio
 
 from collective.base.outputs import check_input, save_torch
 from collective.records import Episode, load_episode, save_episode
+from collective.rl.commons import Entry
 from collective.rl.config import (
     TrainConfig,
     changed_fields,
@@ -138,6 +139,14 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     # role_policies: each role's learner figures (loss, entropy, trained_tokens, ...), by role;
     # the fields above are over every role (token-weighted means, collective/rl/roles.py)
     roles: dict[str, dict[str, float]] = {}
+    # commons = "on"/"credit" (collective/rl/commons.py): entries the step's episodes started
+    # with, entries its episodes added, the world's commons_used per episode, the mean credited
+    # value of the entries measured (credit), and the re-runs that measured them
+    commons_size: int = 0
+    commons_added: int = 0
+    commons_used: float = 0.0
+    commons_credit: float | None = None
+    commons_rollouts: int = 0
 
 
 class Ledger(msgspec.Struct):
@@ -171,6 +180,8 @@ class TrainState(msgspec.Struct):
     useful_sum: float  # unused since useful work is relative to each step's own average;
     useful_n: int  # kept so that run directories written before still resume
     elapsed: float  # wall seconds spent before this (re)start
+    # commons = "on"/"credit": the run's commons (collective/rl/commons.py), as after this step
+    commons: list[Entry] = []
 
 
 def snapshot_name(step: int) -> str:
@@ -412,6 +423,11 @@ class RunDir:
             if key is not None and key[0] >= first_group:
                 found[key] = load_episode(path)
         return found
+
+    def kept_episode(self, group: int, member: int) -> Episode | None:
+        """Episode ``member`` of group ``group``, if its file is kept (``keep_episodes``)."""
+        path = self.episodes / episode_name(group, member)
+        return load_episode(path) if path.is_file() else None
 
     def save_episode(self, group: int, member: int, ep: Episode) -> None:
         save_episode(ep, self.episodes / episode_name(group, member))

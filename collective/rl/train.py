@@ -50,6 +50,7 @@ from collective.records.signs import Signs, signs
 from collective.rl.backend import make_backend
 from collective.rl.baselines import Baselines, measure_baselines
 from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_node
+from collective.rl.commons import CommonsStore, step_commons
 from collective.rl.config import (
     TrainConfig,
     dump_config,
@@ -434,6 +435,19 @@ def validate(cfg: TrainConfig) -> None:
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
     check_training(cfg)
+    if cfg.commons != "off":
+        cls = resolve_world(cfg.world)
+        if not cls.commons:
+            raise ValueError(
+                f"commons = {cfg.commons!r}: world {cfg.world!r} declares no commons (a world "
+                'names the constructor parameter that receives it: `commons = "..."`; '
+                "library has one)"
+            )
+        if cls.commons in cfg.params:
+            raise ValueError(
+                f"commons = {cfg.commons!r}: params sets {cls.commons!r}, which the run's "
+                "commons fills: drop it from params"
+            )
     if cfg.role_policies and len(trained_roles(cfg.org)) < 2:
         raise ValueError(
             f"role_policies with org = {cfg.org!r}: it has one trained role "
@@ -563,6 +577,12 @@ def _train(
     restored = run.restore(backend, model, learner) if resume else None
     if restored is not None:
         state, serving_weights = restored
+    # commons = "on"/"credit": the run's commons, as the last finished step left it
+    commons = (
+        CommonsStore(cfg, resolve_world(cfg.world).commons, state.commons)
+        if cfg.commons != "off"
+        else None
+    )
     if state.step >= cfg.steps:
         run.create(resume, state.step)
         return []
@@ -579,6 +599,7 @@ def _train(
         backend=backend,
         model=model,
         serving_weights=serving_weights,
+        commons=commons,
     )
     rollouts: Rollouts
     if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
@@ -622,6 +643,19 @@ def _train(
                         step_turn_credit, cfg, step, groups, backend, model, serving_weights
                     )
                 samples, m, used = step_samples(cfg, step, groups, credits, turn_credit, baselines)
+                if commons is not None:  # credit re-runs (off the event loop), then the merge
+                    extra, commons_metrics = await trio.to_thread.run_sync(
+                        step_commons,
+                        cfg,
+                        step,
+                        groups,
+                        commons,
+                        lambda v: backend.policy_for(model, serving_weights[v], v),
+                        run.kept_episode,
+                    )
+                    samples = samples + extra
+                    m.update(commons_metrics)
+                    state.commons = commons.entries
                 # (Any: its floats go to StepMetrics by name, which a checker cannot follow.)
                 stats: dict[str, Any] = await trio.to_thread.run_sync(learner.step, samples)
                 version = step + 1

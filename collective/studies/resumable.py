@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from collective.rl.config import MIX_ONLY, TURN_ONLY, TrainConfig, load_config
+from collective.rl.config import COMMONS_ONLY, MIX_ONLY, TURN_ONLY, TrainConfig, load_config
 from collective.rl.train import read_metrics, train
 
 
@@ -44,10 +44,12 @@ def train_digest(cfg: TrainConfig) -> str:
     """The digest of a training run: its full resolved config, every field it reads (the
     turn-credit settings only under ``advantage = "turn"``: :data:`TURN_ONLY`; the mix's only
     with ``[[worlds]]``: :data:`MIX_ONLY`), so a run made before those settings existed keeps
-    its digest; ``role_policies`` only when on)."""
+    its digest; ``role_policies`` and the commons' settings only when on)."""
     fields = msgspec.to_builtins(cfg)
     if not cfg.role_policies:
         fields.pop("role_policies")
+    if cfg.commons == "off":
+        fields = {k: v for k, v in fields.items() if k not in (*COMMONS_ONLY, "commons")}
     if cfg.advantage != "turn":
         fields = {k: v for k, v in fields.items() if k not in TURN_ONLY}
     if not cfg.worlds:

@@ -5,6 +5,9 @@ This layer knows records, never the engine: a world is plain Python that the eng
 """
 
 from collective.world.world import (
+    Commons as Commons,
+)
+from collective.world.world import (
     OneOf as OneOf,
 )
 from collective.world.world import (

@@ -98,6 +98,20 @@ _ENGINE = str(Path(__file__).resolve().parent.parent) + "/"
 _RESERVED = frozenset({"n_agents", "seed", "rng", "now"})
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # in the repr of an object, as in error messages
 POST_CHARS = 200  # the longest text a world may post: its agents read it in their prompts
+COMMONS_ENTRY_CHARS = 200  # the longest entry a world may add to its commons
+#: The world event a contribution to the commons is recorded as (``World.contribute``).
+COMMONS_EVENT = "commons_put"
+
+
+class Commons(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A world's commons as an episode began: goods that outlive an episode (a library of
+    solved problems, an archive), kept across a training run by ``collective.rl.commons``.
+    A world that declares one (``World.commons``) receives it as that constructor parameter;
+    being a parameter, it is in the episode's record, so replay and fork start from the same
+    commons, and ``version`` names which one it was."""
+
+    version: int = -1  # -1: no commons (the world plays without one)
+    entries: tuple[str, ...] = ()  # oldest first
 
 
 @dataclass(frozen=True)
@@ -148,6 +162,10 @@ class World:
     #: Words an agent may find useful in messages (the random policy draws from them): the
     #: class's, or an instance's own where they depend on its parameters (``worlds.workshop``).
     lexicon: tuple[str, ...] = ()
+    #: The constructor parameter that receives this world's commons (a :class:`Commons`), for a
+    #: world that declares one; "" = none. What its tools add with ``contribute`` is what later
+    #: episodes of a training run find there (``commons = "on"`` in the training config).
+    commons: ClassVar[str] = ""
 
     _tool_decls: ClassVar[dict[str, _ToolDecl]]
 
@@ -268,6 +286,26 @@ class World:
                 "tool or a world event, not from the constructor)"
             )
         self.__episode.world_post(self, text)
+
+    def contribute(self, agent: int, entry: str) -> None:
+        """Add ``entry`` to the commons on behalf of this world's agent ``agent`` (call it from
+        a tool). It changes nothing in this episode: it is recorded as a world event at this
+        instant (``commons_put(agent id, entry)``), and a training run with a commons adds it
+        for the episodes that start later, crediting the turn that made it when asked to."""
+        if not type(self).commons:
+            raise TypeError(
+                f"{type(self).__name__}.contribute: the world declares no commons (set the "
+                "class attribute `commons` to the constructor parameter that receives it)"
+            )
+        if not isinstance(entry, str) or not 0 < len(entry) <= COMMONS_ENTRY_CHARS:
+            raise ValueError(
+                f"{type(self).__name__}.contribute: an entry is a str of 1 to "
+                f"{COMMONS_ENTRY_CHARS} characters, got {entry!r:.80}"
+            )
+        self.at(self.now, self.commons_put, self.agent_id(agent), entry)
+
+    def commons_put(self, agent: int, entry: str) -> None:
+        """The world event a contribution is recorded as; it does nothing in the episode."""
 
     # -- what the engine uses ------------------------------------------------------------------
 
