@@ -52,12 +52,11 @@ CONDITIONS = ("off", "on", "credit")
 
 def variant(cfg: TrainConfig, seed: int, commons: str) -> TrainConfig:
     fields = {**msgspec.to_builtins(cfg), "seed": seed, "commons": commons}
-    if commons == "off":
-        for k in ("commons_size", "commons_credit_entries", "commons_credit_reruns"):
-            fields.pop(k)
-    elif commons == "on":
-        fields.pop("commons_credit_entries")
-        fields.pop("commons_credit_reruns")
+    credit_only = ("commons_credit_entries", "commons_credit_reruns", "commons_discount")
+    for k in (("commons_size",) if commons == "off" else ()) + (
+        () if commons == "credit" else credit_only
+    ):
+        fields.pop(k)
     return msgspec.convert(fields, TrainConfig)
 
 

@@ -153,6 +153,13 @@ def cmd_run(a: argparse.Namespace) -> int:
     # Fresh tiny weights always come from seed 0: --seed picks the task and the sampling
     # streams, not a different network (a fork with --seed continues with the same one).
     policy = make_policy(a.policy)
+    roles = getattr(policy, "policies", None)  # roles:DIR: a policy for each role the org has?
+    if a.policy.startswith("roles:") and isinstance(roles, dict):  # noqa: SIM102
+        if missing := sorted(set(make_organisation(cfg.org).roles()) - set(roles)):
+            raise ValueError(
+                f"--policy {a.policy}: no checkpoint for the role(s) {', '.join(missing)} of "
+                f"--org {cfg.org} (it has {', '.join(sorted(roles))})"
+            )
     cfg = msgspec.structs.replace(cfg, policy=policy.name, tokenizer=tokenizer_of(policy))
     t0 = time.perf_counter()
     # The record streams to --out as the episode runs (memory holds the live state, not the

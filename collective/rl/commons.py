@@ -20,6 +20,12 @@ and add to it from its tools (``World.contribute``, recorded in the episode as a
   (read back from its episode file) joins this step's samples with that value as its advantage.
   The re-runs are counted (``commons_rollouts``) against the step's own rollouts.
 
+  Such a sample is late by construction: its turn was sampled ``lag + 1`` or more versions ago,
+  so the staleness bound that drops old episodes does not apply to it; the importance ratio
+  against its behaviour logprobs (exact, as for every sample) and the clip bound what it can do.
+  An entry drawn again at a later step is measured again and paid again: its value to each
+  step's episodes, discounted by how long ago it was made.
+
 ``metrics.jsonl`` reports the commons' size, what the step added, how much its episodes used
 it (the world's ``commons_used`` metric) and the credited value.
 """
@@ -40,6 +46,7 @@ from collective.engine.conductor import Conductor
 from collective.records import Episode, EpisodeConfig
 from collective.records.schema import Happened
 from collective.rl.config import TrainConfig
+from collective.rl.forks import trained_turn
 from collective.rl.learner import Sample
 from collective.world.world import COMMONS_EVENT, Commons
 
@@ -156,7 +163,7 @@ def step_commons(
     reruns = 0
     if cfg.commons == "credit":
         rng = random.Random(derive(cfg.seed, CREDIT_DRAW, step))
-        eligible = [e for e in held if e.turn >= 0]
+        eligible = [e for e in held if e.turn >= 0]  # (a maker turn to pay)
         chosen = rng.sample(eligible, min(cfg.commons_credit_entries, len(eligible)))
         for entry in chosen:
             which = rng.sample(range(len(flat)), min(cfg.commons_credit_reruns, len(flat)))
@@ -165,9 +172,14 @@ def step_commons(
             value = cfg.commons_discount ** (step - entry.step) * delta
             credits.append(value)
             ep = maker(entry.group, entry.member)
-            if ep is None or entry.turn >= len(ep.turns):
-                continue  # its episode is not kept (keep_episodes = false): no turn to credit
+            if ep is None:
+                raise RuntimeError(
+                    f"commons credit: the episode that made {entry.text!r} (group "
+                    f"{entry.group}, member {entry.member}) is not in the run directory"
+                )
             t = ep.turns[entry.turn]
+            if not trained_turn(t):
+                continue  # a frozen policy's turn (or one answered without a model): not learned
             samples.append(
                 Sample(
                     t.prompt,
@@ -187,6 +199,7 @@ def step_commons(
         "commons_added": added,
         "commons_used": float(np.mean(used)),
         "commons_credit": float(np.mean(credits)) if credits else None,
+        "commons_credited_turns": len(samples),
         "commons_rollouts": reruns,
     }
 

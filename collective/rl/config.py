@@ -168,6 +168,21 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError(
                 f"train config: commons = 'off' ignores {given}: drop them or set commons"
             )
+        if self.commons == "on" and (given := self._set(COMMONS_ONLY[1:])):
+            raise ValueError(
+                f"train config: commons = 'on' ignores {given} (commons = 'credit' settings): "
+                "drop them or set commons = 'credit'"
+            )
+        if self.commons == "credit" and not self.keep_episodes:
+            raise ValueError(
+                "train config: commons = 'credit' pays the turn that made an entry, read back "
+                "from its episode file, which keep_episodes = false deletes: keep the episodes"
+            )
+        if self.commons != "off" and self.sync != "pinned":
+            raise ValueError(
+                "train config: a commons follows the policy versions episodes are pinned to; "
+                "sync = 'latest' does not pin them: set sync = 'pinned'"
+            )
         if self.commons != "off" and (self.worlds or self.cluster.backend != "local"):
             raise ValueError(
                 "train config: a commons is built for one world ([[worlds]] each with its own "

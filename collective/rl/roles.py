@@ -48,6 +48,18 @@ class RoleModels:
         self.version = version
 
     @property
+    def version(self) -> int:
+        return self._version
+
+    @version.setter
+    def version(self, v: int) -> None:
+        # Every role's model says the run's version too (its checkpoint records it), so a
+        # resumed run writes the checkpoints the uninterrupted one does.
+        self._version = v
+        for m in self.models.values():
+            m.version = v
+
+    @property
     def config(self) -> Any:
         """The network's shape (every role's is the same)."""
         return next(iter(self.models.values())).config
@@ -127,13 +139,13 @@ class RoleLearner:
                 )
             by_role[s.role].append(s)
         per_role = {}
+        version = self.model.version
         for r, learner in self.learners.items():
             if by_role[r]:
                 per_role[r] = learner.step(by_role[r])
             else:  # nothing to learn from: the weights stay, the version moves with the rest
-                learner.model.version += 1
                 per_role[r] = {"trained_tokens": 0.0, "learner_seconds": 0.0}
-        self.model.version += 1
+        self.model.version = version + 1  # every role's, stepped or not (the setter says why)
         # (each role's figures without the wall-clock ones, which a rerun does not reproduce)
         clocked = ("learner_seconds", "learner_tokens_per_s")
         roles = {r: {k: v for k, v in s.items() if k not in clocked} for r, s in per_role.items()}

@@ -146,6 +146,7 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     commons_added: int = 0
     commons_used: float = 0.0
     commons_credit: float | None = None
+    commons_credited_turns: int = 0  # the maker turns paid (credit samples)
     commons_rollouts: int = 0
 
 

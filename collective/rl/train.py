@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ from collective.rl.rundir import (
     episode_name,
     read_metrics,
 )
-from collective.world import convert_params
+from collective.world import Commons, convert_params
 
 __all__ = [
     "Interrupted",
@@ -448,6 +449,19 @@ def validate(cfg: TrainConfig) -> None:
                 f"commons = {cfg.commons!r}: params sets {cls.commons!r}, which the run's "
                 "commons fills: drop it from params"
             )
+        hint = typing.get_type_hints(cls.__init__).get(cls.commons)
+        if hint is None or Commons not in (hint, *typing.get_args(hint)):
+            raise ValueError(
+                f"commons = {cfg.commons!r}: world {cfg.world!r} says its commons is the "
+                f"parameter {cls.commons!r}, which its constructor does not take as a "
+                "collective.world.Commons"
+            )
+        if cfg.commons == "credit" and "frozen" in _policies_of(cfg.org):
+            raise ValueError(
+                f"commons = 'credit' with org = {cfg.org!r}: a re-run answers every agent with "
+                "the trained weights, so the frozen sub-agents' turns would change with the "
+                "entry removed; use org = 'orchestrator:trained' or commons = 'on'"
+            )
     if cfg.role_policies and len(trained_roles(cfg.org)) < 2:
         raise ValueError(
             f"role_policies with org = {cfg.org!r}: it has one trained role "
@@ -469,6 +483,8 @@ def validate(cfg: TrainConfig) -> None:
                 "as fork_horizon = 0 says; set 0 or a horizon shorter than the time limit"
             )
     for episode in first_configs(cfg):
+        if cfg.commons != "off":  # (as its episodes will be: with the commons' parameter)
+            episode = CommonsStore(cfg, resolve_world(cfg.world).commons).apply(episode, 0)
         check_runnable(episode)
 
 

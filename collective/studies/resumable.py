@@ -76,11 +76,13 @@ def run_digest(run: Path) -> str | None:
 
 
 def is_complete(run: Path, cfg: TrainConfig) -> bool:
-    return (
-        (run / "metrics.jsonl").is_file()
-        and len(read_metrics(run)) >= cfg.steps
-        and (run / "checkpoints" / "latest.pt").is_file()
+    # (a per-role run keeps a checkpoint a role: checkpoints/roles/ROLE/latest.pt)
+    weights = (
+        any((run / "checkpoints" / "roles").glob("*/latest.pt"))
+        if cfg.role_policies
+        else (run / "checkpoints" / "latest.pt").is_file()
     )
+    return (run / "metrics.jsonl").is_file() and len(read_metrics(run)) >= cfg.steps and weights
 
 
 def train_exact(cfg: TrainConfig, run: Path, log: Callable[[str], None] = print) -> str:

@@ -51,8 +51,9 @@ def test_a_contribution_is_recorded_with_the_turn_that_made_it_and_replays() -> 
     for ep, (agent, text, turn) in made:
         kind, key = (int(x) for x in text.split()[1::2])
         assert KEYS[kind] == key  # the entry is the kind's true key
+        assert turn >= 0
         t = ep.turns[turn]
-        assert (t.agent, t.text, t.ok) == (agent, t.text, True) and t.text.startswith("publish")
+        assert (t.agent, t.ok, t.text.split()[0]) == (agent, True, "publish")
     for ep in eps:
         assert verify(ep) is None  # the commons is a parameter: replay starts from it
 
@@ -139,7 +140,27 @@ def test_a_commons_the_world_cannot_hold_is_refused(over: dict, says: str) -> No
         validate(small_train(**{"params": {}, **over}))
 
 
+class Misnamed(Library):
+    commons = "archive"  # a parameter the constructor does not have
+
+
+def test_a_commons_parameter_the_world_does_not_take_is_refused() -> None:
+    with pytest.raises(ValueError, match="parameter 'archive', which its constructor does not"):
+        validate(small_train(world=f"{__name__}:Misnamed", params={}, commons="on"))
+
+
+def test_credit_that_could_not_be_exact_is_refused() -> None:
+    with pytest.raises(ValueError, match="the frozen sub-agents' turns would change"):
+        validate(small_train(world="library", params={}, org="orchestrator", commons="credit"))
+    with pytest.raises(ValueError, match="which keep_episodes = false deletes"):
+        small_train(world="library", params={}, commons="credit", keep_episodes=False)
+    with pytest.raises(ValueError, match="sync = 'latest' does not pin them"):
+        small_train(world="library", params={}, commons="on", sync="latest")
+
+
 def test_commons_settings_that_would_do_nothing_are_refused() -> None:
+    with pytest.raises(ValueError, match="commons = 'on' ignores commons_credit_reruns = 3"):
+        small_train(world="library", params={}, commons="on", commons_credit_reruns=3)
     with pytest.raises(ValueError, match="commons = 'off' ignores commons_size = 3"):
         small_train(commons_size=3)
     with pytest.raises(ValueError, match="a commons is built for one world"):

@@ -122,6 +122,10 @@ def test_each_role_trains_its_own_model_and_a_resume_is_exact(tmp_path: Path) ->
     train(cfg, tmp_path / "b", progress=False, stop_after=1)
     train(cfg, tmp_path / "b", progress=False, resume=True)
     assert comparable_metrics(tmp_path / "b") == rows
+    for r in ("orchestrator", "sub"):  # the checkpoints too, byte for byte (versions included)
+        again = tmp_path / "b" / "checkpoints" / "roles" / r / "latest.pt"
+        assert again.read_bytes() == (roles / r / "latest.pt").read_bytes()
+        assert TinyModel.load(again).version == 2
     out = subprocess.run(
         [
             sys.executable,
