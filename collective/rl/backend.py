@@ -16,6 +16,8 @@ and the Ray workers call):
   (``pinned = False``): each token carries the version that sampled it, and the staleness bound
   and the clipped importance ratio (exact: the learner recomputes the server's masked
   distribution) take care of the rest.
+- ``RoleBackend`` (``role_policies``): the tiny backend with a model per role of the
+  organisation (``RoleModels``); ``collective/rl/roles.py`` says why and holds their learner.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from collective.base.outputs import write_file
+from collective.engine.organisation import make_organisation
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
+from policy.roles import RolePolicy
 
 if TYPE_CHECKING:
     from collective.rl.config import TrainConfig
@@ -82,8 +86,6 @@ class Backend(Protocol):
 
 def make_backend(cfg: TrainConfig, run_dir: Path) -> Backend:
     if cfg.role_policies:  # a tiny model a role (collective/rl/roles.py)
-        from collective.rl.roles import RoleBackend
-
         return RoleBackend(cfg)
     if cfg.backend == "tiny":
         return TinyBackend(cfg)
@@ -355,3 +357,92 @@ def build_model(kind: str, path: Path) -> Path:
     except OSError:  # another run built it meanwhile: theirs is the same bytes
         shutil.rmtree(aside, ignore_errors=True)
     return path
+
+
+# -- a tiny model a role (role_policies; collective/rl/roles.py says why) ----------------------
+
+
+def trained_roles(org: str) -> tuple[str, ...]:
+    """The roles of ``org`` that the trained policy answers: the ones that get a policy each."""
+    o = make_organisation(org)
+    return tuple(r for r in o.roles() if o.policy_of(r) == "trained")
+
+
+class RoleModels:
+    """Each role's tiny model, by role, and the run's policy version."""
+
+    def __init__(self, models: dict[str, Any], version: int = 0) -> None:
+        self.models = models
+        self.version = version
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @version.setter
+    def version(self, v: int) -> None:
+        # Every role's model says the run's version too (its checkpoint records it), so a
+        # resumed run writes the checkpoints the uninterrupted one does.
+        self._version = v
+        for m in self.models.values():
+            m.version = v
+
+    @property
+    def config(self) -> Any:
+        """The network's shape (every role's is the same)."""
+        return next(iter(self.models.values())).config
+
+
+class RoleBackend(TinyBackend):
+    """The tiny backend with a model per role (serving and publishing are the tiny backend's,
+    over these weights)."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        self.roles = trained_roles(cfg.org)
+
+    def fresh(self) -> Any:
+        # Every role starts from the same weights (the run's seed), as adapters on one base
+        # would: at step 0 the run is the shared-policy run, and roles part by learning.
+        return RoleModels({r: TinyBackend.fresh(self) for r in self.roles})
+
+    def load(self, path: str | Path) -> Any:
+        """``init``: the one tiny checkpoint every role starts from."""
+        return RoleModels({r: TinyBackend.load(self, path) for r in self.roles})
+
+    def weights(self, model: Any) -> Weights:
+        one = TinyBackend.weights
+        return {f"{r}/{k}": v for r, m in model.models.items() for k, v in one(self, m).items()}
+
+    def load_weights(self, model: Any, weights: Weights) -> None:
+        for r, m in model.models.items():
+            TinyBackend.load_weights(self, m, _role_part(weights, r))
+
+    def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
+        return RolePolicy(
+            {
+                r: TinyBackend.policy_for(self, m, _role_part(weights, r), version)
+                for r, m in model.models.items()
+            },
+            name=f"tiny per role (training, v{version})",
+        )
+
+    def frozen(self, model: Any) -> Policy:
+        raise ValueError("role_policies: every role is trained; no role runs a frozen policy")
+
+    def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
+        """``roles/ROLE/latest.pt`` (and a snapshot when asked) for every role: the directory
+        ``--policy roles:DIR`` reads."""
+        from policy.tiny import save_checkpoint
+
+        root = directory / "roles"
+        for r, m in model.models.items():
+            path = save_checkpoint(m, root / r / "latest.pt")
+            if snapshot:
+                write_file(root / r / f"{snapshot}.pt", path.read_bytes(), "checkpoint")
+        return root
+
+
+def _role_part(weights: Weights, role: str) -> Weights:
+    head = f"{role}/"
+    return {k[len(head) :]: v for k, v in weights.items() if k.startswith(head)}

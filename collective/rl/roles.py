@@ -5,10 +5,11 @@ do different jobs from different prompts and action spaces; one shared policy mu
 at once. Here each role gets its own tiny model, optimiser and version history, while the
 engine, the rollouts and the run directory still see one model and one learner:
 
-- ``RoleModels``: the roles' models, and the run's version (all roles advance together, one
-  version a step, so an episode pinned to version v is played by every role's v);
-- ``RoleBackend``: the tiny backend over them. Weights are one flat dict (``ROLE/name``), so
-  serving, pinning, checkpoints and resume work unchanged; a served version is a
+- ``RoleModels`` (in ``collective/rl/backend.py``, beside the other backends): the roles'
+  models, and the run's version (all roles advance together, one version a step, so an episode
+  pinned to version v is played by every role's v);
+- ``RoleBackend`` (there too): the tiny backend over them. Weights are one flat dict
+  (``ROLE/name``), so serving, pinning, checkpoints and resume work unchanged; a served version is a
   ``policy.roles.RolePolicy`` that answers each request with its role's weights;
   ``checkpoints/roles/ROLE/latest.pt`` is each role's checkpoint (``--policy roles:DIR``);
 - ``RoleLearner``: one ``Learner`` a role, each stepping on its own role's turns.
@@ -22,102 +23,13 @@ one that speaks a lot.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from collective.base.outputs import write_file
-from collective.engine.organisation import make_organisation
-from collective.rl.backend import TinyBackend, Weights
+from collective.rl.backend import RoleBackend, RoleModels, trained_roles
 from collective.rl.config import TrainConfig
 from collective.rl.learner import Learner, Sample
-from policy.base import Policy
-from policy.roles import RolePolicy
 
-
-def trained_roles(org: str) -> tuple[str, ...]:
-    """The roles of ``org`` that the trained policy answers: the ones that get a policy each."""
-    o = make_organisation(org)
-    return tuple(r for r in o.roles() if o.policy_of(r) == "trained")
-
-
-class RoleModels:
-    """Each role's tiny model, by role, and the run's policy version."""
-
-    def __init__(self, models: dict[str, Any], version: int = 0) -> None:
-        self.models = models
-        self.version = version
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @version.setter
-    def version(self, v: int) -> None:
-        # Every role's model says the run's version too (its checkpoint records it), so a
-        # resumed run writes the checkpoints the uninterrupted one does.
-        self._version = v
-        for m in self.models.values():
-            m.version = v
-
-    @property
-    def config(self) -> Any:
-        """The network's shape (every role's is the same)."""
-        return next(iter(self.models.values())).config
-
-
-class RoleBackend(TinyBackend):
-    """The tiny backend with a model per role (serving and publishing are the tiny backend's,
-    over these weights)."""
-
-    def __init__(self, cfg: TrainConfig) -> None:
-        super().__init__(cfg)
-        self.roles = trained_roles(cfg.org)
-
-    def fresh(self) -> Any:
-        # Every role starts from the same weights (the run's seed), as adapters on one base
-        # would: at step 0 the run is the shared-policy run, and roles part by learning.
-        return RoleModels({r: TinyBackend.fresh(self) for r in self.roles})
-
-    def load(self, path: str | Path) -> Any:
-        """``init``: the one tiny checkpoint every role starts from."""
-        return RoleModels({r: TinyBackend.load(self, path) for r in self.roles})
-
-    def weights(self, model: Any) -> Weights:
-        one = TinyBackend.weights
-        return {f"{r}/{k}": v for r, m in model.models.items() for k, v in one(self, m).items()}
-
-    def load_weights(self, model: Any, weights: Weights) -> None:
-        for r, m in model.models.items():
-            TinyBackend.load_weights(self, m, _role_part(weights, r))
-
-    def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
-        return RolePolicy(
-            {
-                r: TinyBackend.policy_for(self, m, _role_part(weights, r), version)
-                for r, m in model.models.items()
-            },
-            name=f"tiny per role (training, v{version})",
-        )
-
-    def frozen(self, model: Any) -> Policy:
-        raise ValueError("role_policies: every role is trained; no role runs a frozen policy")
-
-    def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
-        """``roles/ROLE/latest.pt`` (and a snapshot when asked) for every role: the directory
-        ``--policy roles:DIR`` reads."""
-        from policy.tiny import save_checkpoint
-
-        root = directory / "roles"
-        for r, m in model.models.items():
-            path = save_checkpoint(m, root / r / "latest.pt")
-            if snapshot:
-                write_file(root / r / f"{snapshot}.pt", path.read_bytes(), "checkpoint")
-        return root
-
-
-def _role_part(weights: Weights, role: str) -> Weights:
-    head = f"{role}/"
-    return {k[len(head) :]: v for k, v in weights.items() if k.startswith(head)}
+__all__ = ["RoleBackend", "RoleLearner", "RoleModels", "combined", "trained_roles"]
 
 
 class RoleLearner:

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective.rl.config import (
+    COMMONS_ONLY,
     DOMAINS,
     HF_ONLY,
     MIX_ONLY,
@@ -70,6 +71,10 @@ SPEC: dict[str, Callable[[Any], bool]] = {
     "temperature": finite_positive,
     "max_output_tokens": at_least(1),
     "snapshot_every": at_least(1),
+    "commons_size": at_least(1),
+    "commons_credit_entries": at_least(1),
+    "commons_credit_reruns": at_least(1),
+    "commons_discount": lambda x: 0 <= x <= 1,
     "baseline_episodes": at_least(1),
 }
 HINTS = typing.get_type_hints(TrainConfig)
@@ -135,6 +140,8 @@ def _check(base: Path, name: str, value: int | float) -> None:
         settings_.append('backend="hf"')
     if name in TURN_ONLY:  # (and these without advantage = "turn")
         settings_.append('advantage="turn"')
+    if name in COMMONS_ONLY:  # (and these without commons = "credit")
+        settings_.append('commons="credit"')
     if name in MIX_ONLY:  # (and these without [[worlds]], which replaces the top-level world)
         settings_ += ['worlds=[{world = "tally"}]', 'world="workshop"']
     fits_type = isinstance(value, int) or HINTS[name] is float
