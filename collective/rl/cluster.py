@@ -14,16 +14,17 @@ there once per version by the training process), so which worker ran it, and whe
 changes nothing; the learner consumes whole steps in group order, as locally.
 
 An SGLang fleet (``hf_server = "sglang:URL,..."``): the workers hold no model; each is a client
-of the fleet over HTTP (``policy.sglang.client``), a *follower*: it samples a share only with the
-weight
-version the share was dealt at (checked in ``/model_info`` before its first batch and in every
-answer's ``weight_version``; another version's answer is waited out and sent again). The
-training process holds the learner's client: it writes each new version to disk and loads it on
-every server (pause, update_weights_from_disk, weight_version checked, continue), but only once
-every episode dealt at the version the fleet holds has come back, then deals the steps the new
-version allows. So each episode is sampled by one version, ``step - lag``, as pinned backends
-are, and the run is reproducible at any ``lag`` (the local path updates the fleet under running
-episodes when ``lag > 0``; at ``lag = 0`` the two are the same run).
+of the fleet over HTTP (``policy.sglang.client``), a *follower*: it samples a share only with
+the weight version the share was dealt at (checked in ``/model_info`` before its first batch
+and in every answer's ``weight_version``; another version's answer is waited out and sent
+again). The training process holds the learner's client: it keeps each new version (written to
+disk, or a frozen copy in memory when the fleet takes weights without the disk:
+``weights=tensor``, ``distributed`` or ``auto``) and loads it on every server (pause, the load,
+weight_version checked, continue), but only once every episode dealt at the version the fleet
+holds has come back, then deals the steps the new version allows. So each episode is sampled by
+one version, ``step - lag``, as pinned backends are, and the run is reproducible at any ``lag``
+(the local path updates the fleet under running episodes when ``lag > 0``; at ``lag = 0`` the
+two are the same run).
 
 Faults: a worker that dies (``ray.kill``, SIGKILL, its node lost) is replaced by a fresh actor,
 and the episodes of its shares that had not finished run again from their seeds there (the
@@ -359,13 +360,20 @@ class RayRollouts(Rollouts):
 
     async def publish(self, version: int, weights: Weights) -> None:
         if self.fleet is not None:
-            # The weights are written now (the learner goes on changing the model); the fleet
-            # loads them once no episode is left running on the version it holds.
-            target = self._served() / f"v{version:06d}"
-            self.model.save(target)
+            # The fleet loads this version once no episode is left running on the version it
+            # holds, and the learner goes on changing the model meanwhile, so the version is
+            # kept as it is now: written to disk, or, when the fleet takes weights from memory
+            # (``weights=tensor|distributed|auto``), as a frozen copy of the model (a model's
+            # memory per update still waiting), sent from this process and then dropped.
+            kept: Path | TrainableModel
+            if self._by_memory():
+                hf_model: Any = self.model  # (a fleet is the hf backend's: an HFModel)
+                kept = hf_model.copy(version=version)
+            else:
+                kept = self.model.save(self._served() / f"v{version:06d}")
             assert self._nursery is not None
             self._updates_pending += 1
-            self._nursery.start_soon(self._update_fleet, version, target)
+            self._nursery.start_soon(self._update_fleet, version, kept)
             return
         self.refs[version] = self.ray.put(weights)
         self.latest = version
@@ -378,20 +386,32 @@ class RayRollouts(Rollouts):
         assert isinstance(self.backend, HFBackend)  # (a fleet is the hf backend's)
         return self.backend.weights_dir
 
-    async def _update_fleet(self, version: int, target: Path) -> None:
-        """Load ``version`` on every server of the fleet (pause, update_weights_from_disk,
-        checked weight_version, continue) once every episode dealt so far has come back, so
-        that each episode is sampled by the one version it was dealt at; then deal the steps
-        that version allows."""
+    def _by_memory(self) -> bool:
+        """The fleet takes weights without the disk, and has not fallen back to it."""
+        return getattr(self.fleet, "weights", "disk") != "disk" and not getattr(
+            self.fleet, "weights_by_disk_why", ""
+        )
+
+    async def _update_fleet(self, version: int, kept: Path | TrainableModel) -> None:
+        """Load ``version`` on every server of the fleet (pause, the load, checked
+        weight_version, continue) once every episode dealt so far has come back, so that each
+        episode is sampled by the one version it was dealt at; then deal the steps that version
+        allows. ``kept`` is the version as ``publish`` kept it: a directory, loaded by
+        update_weights_from_disk, or a frozen model, sent from memory as the local path sends
+        the learner's (``HFBackend.publish``: if that cannot work, the copy is what is written
+        to disk instead)."""
         import shutil
 
         async with self._updating:
             while self.in_flight:
                 await self._landed.wait()
-            await self.fleet.update_weights(target, version)
-            for old in self._served().glob("v*"):
-                if old.name < target.name:
-                    shutil.rmtree(old, ignore_errors=True)
+            if isinstance(kept, Path):
+                await self.fleet.update_weights(kept, version)
+                for old in self._served().glob("v*"):
+                    if old.name < kept.name:
+                        shutil.rmtree(old, ignore_errors=True)
+            else:
+                await self.backend.publish(kept, version, {})
             self.latest = version
             self._updates_pending -= 1
             self._updated.set()

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
+import torch
 
 from tests.support import ROOT, SUPPORT
 
@@ -354,18 +355,64 @@ def test_two_workers_on_an_sglang_fleet_give_the_local_run(
         assert httpx.get(server.url + "/model_info").json()["weight_version"] == "3"
 
 
-def test_with_lag_each_episode_keeps_to_one_version_of_the_fleet(
-    cluster: Any, fleet: Any, sglang_train_config: Any, tmp_path: Path
+def test_with_lag_a_fleet_keeps_each_episode_to_one_version_by_disk_and_from_memory(
+    cluster: Any, sglang_train_config: Any, tmp_path: Path
 ) -> None:
-    """With ``lag = 1`` the fleet (one version at a time) is updated only once the episodes
-    dealt at the version it holds have come back: each episode is sampled by one version, the
-    one its step is pinned to (``step - lag``), and the run is reproducible."""
-    on_ray = ClusterConfig(backend="ray", rollout_workers=1)
-    cfg = _fleet_cfg(fleet, sglang_train_config, lag=1, cluster=on_ray)
-    train(cfg, tmp_path / "ray", progress=False)
-    versions = _versions(tmp_path / "ray")
-    assert len(versions) == 6
-    assert all(v == {max(0, g - 1)} for (g, _), v in versions.items()), versions
+    """At ``lag = 2`` the fleet (one version at a time) is updated only once the episodes dealt
+    at the version it holds have come back: each episode is sampled by one version, the one its
+    step is pinned to (``step - lag``). Meanwhile the learner trains on (version 2 is made from
+    step 1 while step 2 still runs on version 0, and version 1 is sent only after step 2), so a
+    version sent later must be the one kept when it was published: with
+    ``weights=distributed`` every version each server holds is, bit for bit, what the same run
+    by disk (written at publish time) gave it, nothing goes by disk and no served directory is
+    written. The two stand-in servers run in this process, so what they received can be read."""
+    from policy.hf.model import HFModel
+    from tests.support.hf_tiny import make_model, make_tokenizer
+    from tests.support.sglang_fake import FakeSGLang
+
+    tokenizer = make_tokenizer()
+    start = HFModel(make_model(tokenizer), tokenizer).save(tmp_path / "start")
+    held: dict[str, list[dict[str, dict[str, Any]]]] = {}
+    for weights in ("disk", "distributed"):
+        servers = [FakeSGLang(start, deterministic=True).start() for _ in range(2)]
+        try:
+            urls = [s.url for s in servers]
+            cfg = sglang_train_config(
+                start,
+                urls,
+                device="cpu",
+                lag=2,
+                max_staleness=2,  # (the default, 1, would drop the episodes of version step - 2)
+                steps=4,
+                entropy_coef=0.01,  # a gradient at every step, whatever the returns
+                cluster=ClusterConfig(backend="ray", rollout_workers=1),
+            )
+            spec = f"sglang:{','.join(urls)} weights={weights}"
+            cfg = msgspec.structs.replace(cfg, hf_server=spec)
+            train(cfg, tmp_path / weights, progress=False)
+            versions = _versions(tmp_path / weights)
+            assert len(versions) == 8
+            assert all(v == {max(0, g - 2)} for (g, _), v in versions.items()), versions
+            held[weights] = [s.held for s in servers]
+            for s in servers:
+                assert s.weight_version == "4"
+                by_disk = s.posts("/update_weights_from_disk")
+                assert (len(by_disk) == 4) if weights == "disk" else (by_disk == [])
+        finally:
+            for s in servers:
+                s.stop()
+    assert not list((tmp_path / "distributed" / "checkpoints" / "served").glob("v*"))
+    for disk, memory in zip(held["disk"], held["distributed"], strict=True):
+        assert sorted(disk) == sorted(memory) == ["1", "2", "3", "4"]
+        for version in disk:
+            a, b = disk[version], memory[version]
+            assert set(a) == set(b)
+            assert all(torch.equal(a[n], b[n]) for n in a), f"version {version} differs"
+    # The learner moved at every step, so a version sent late would differ from its own.
+    by_version = held["disk"][0]
+    for v in ("1", "2", "3"):
+        a, b = by_version[v], by_version[str(int(v) + 1)]
+        assert any(not torch.equal(a[n], b[n]) for n in a), f"versions {v} and {int(v) + 1} equal"
 
 
 def test_a_launched_server_on_a_ray_cluster_is_refused(

@@ -285,6 +285,8 @@ class FakeSGLang:
         self.group_timeout = 10.0  # how long joining a group and one broadcast may take here
         self.groups: dict[str, Any] = {}  # group_name -> (process group, world_size, rank)
         self._weights: dict[str, Any] | None = None  # name -> tensor, read on first use
+        # weight_version -> a copy of the tensors held once that version was loaded (any route)
+        self.held: dict[str, dict[str, Any]] = {}
         self.log: list[tuple[str, Any]] = []
         self.faults: list[str] = []
         self.hang = 1.0
@@ -412,6 +414,7 @@ class FakeSGLang:
             if body.get("weight_version") is not None and self.records_version:
                 self.weight_version = str(body["weight_version"])
                 message += f" Weight version updated to {self.weight_version}."
+                self._keep()
         return 200, {"success": True, "message": message, "num_paused_requests": 0}
 
     # -- weights without the disk ---------------------------------------------------------------
@@ -569,7 +572,14 @@ class FakeSGLang:
         self.weights.update(named)
         if body.get("weight_version") is not None and self.records_version:
             self.weight_version = str(body["weight_version"])
+            self._keep()
         return 200, {"success": True, "message": "Succeeded to update parameter online."}
+
+    def _keep(self) -> None:
+        """Remember what this version holds (:attr:`held`): a test can then check that each
+        version a server loaded is the learner's weights of that version, whatever the route."""
+        if self.weights:
+            self.held[self.weight_version] = {n: t.clone() for n, t in self.weights.items()}
 
     def generate(self, body: dict[str, Any]) -> tuple[int, Any]:
         fault = self.faults.pop(0) if self.faults else None
