@@ -33,6 +33,16 @@ def derive(*parts: int) -> int:
     return h
 
 
+def derive_more(h: int, p: int) -> int:
+    """``derive(*parts, p)`` given ``h = derive(*parts)``: one fold more. An agent keeps
+    ``derive(seed, id)`` and folds in each turn, a third of the work of ``derive`` anew (a fold
+    is a dozen operations on Python ints; the three were some 5% of the engine's cost a turn)."""
+    x = ((h ^ (p & _MASK)) + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
 class Stream:
     """A tiny counter-based random stream: draw ``k`` is ``splitmix64(seed + k)``."""
 

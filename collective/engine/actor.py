@@ -13,18 +13,21 @@ import hashlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from enum import IntEnum
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import trio
 
-from collective.base.actions import ActionSpace
-from collective.base.seeding import derive
+from collective.base.actions import ActionSpace, longest_action
+from collective.base.seeding import derive, derive_more
 from collective.engine.comms import Comms, Message
 from collective.engine.organisation import Organisation
 from collective.engine.quiescence import Quiescence
 from collective.records import EpisodeConfig, Turn
 from collective.world import World
 from policy.base import PolicyRequest, PolicyResponse
+
+if TYPE_CHECKING:
+    from collective.engine.cast import Cast
 
 
 class RequestKind(IntEnum):
@@ -58,11 +61,10 @@ class Stage(Protocol):
     cfg: EpisodeConfig
     now: float
     org: Organisation
+    cast: Cast
     worlds: list[World]
     comms: Comms[Actor]
     quiet: Quiescence
-
-    def space_for(self, role: str, group: int) -> ActionSpace: ...
 
     def park(self, actor: Actor, request: Request) -> Coroutine[Any, Any, Any]: ...
 
@@ -100,7 +102,8 @@ class Actor:
     ``Cast`` (who is in the episode); the mailbox, the cursors and what a prompt read
     (``inbox``, ``cursors``, ``read_ids``, ``missed``) ``Comms`` (``read_ids`` also ``prompt``,
     when nothing is unread), the last two reset by ``LiveEpisode`` once logged with the request;
-    ``turn`` and ``space`` this class, at each request. Everyone else only reads."""
+    ``turn`` and the space (``space``, ``space_limit``, ``longest``) this class, at a request.
+    Everyone else only reads."""
 
     __slots__ = (
         "acts",
@@ -111,13 +114,16 @@ class Actor:
         "id",
         "inbox",
         "local",
+        "longest",
         "missed",
         "parked",
         "policy_key",
         "read_ids",
         "request",
         "role",
+        "seed_root",
         "space",
+        "space_limit",
         "task",
         "then_act",
         "turn",
@@ -137,7 +143,11 @@ class Actor:
         self.group = group  # which world instance (islands) it lives in
         self.local = local  # its id inside that world
         self.policy_key = ep.org.policy_of(role)  # which of the conductor's policies answers it
-        self.space: ActionSpace = ep.space_for(role, group)
+        self.space: ActionSpace
+        self.space_limit = 0  # the cast's id_limit its space was made for
+        self.longest = 0  # longest_action(space)
+        self._take_space()
+        self.seed_root = derive(ep.cfg.sample_seed, agent_id)  # a turn's seed folds in the turn
         self.turn = 0
         self.acts = 0
         self.inbox: deque[Message] | None = None  # created on first delivery
@@ -172,22 +182,32 @@ class Actor:
 
     def _request(self, prompt: str) -> PolicyRequest:
         ep = self.ep
-        self.space = ep.space_for(self.role, self.group)  # grows when agents are hired
-        req = PolicyRequest(
+        cfg = ep.cfg
+        if self.space_limit != ep.cast.id_limit:  # a hire grew the ids an agent may address
+            self._take_space()
+        turn = self.turn
+        self.turn = turn + 1
+        return PolicyRequest(
             agent=self.id,
-            turn=self.turn,
+            turn=turn,
             prompt=prompt,
             space=self.space,
-            seed=derive(ep.cfg.sample_seed, self.id, self.turn),
-            max_tokens=ep.cfg.max_output_tokens,
-            temperature=ep.cfg.temperature,
+            seed=derive_more(self.seed_root, turn),  # derive(sample_seed, id, turn)
+            max_tokens=cfg.max_output_tokens,
+            temperature=cfg.temperature,
             asked=ep.now,
             # The pin is the trained policy's: a frozen policy has one version, for good.
-            version=ep.cfg.policy_version if self.policy_key == "trained" else -1,
+            version=cfg.policy_version if self.policy_key == "trained" else -1,
             role=self.role,
         )
-        self.turn += 1
-        return req
+
+    def _take_space(self) -> None:
+        """The action space of its role as the cast has it now: asked only when the ids agents
+        may address have grown since (a hire), not at every request."""
+        cast = self.ep.cast
+        self.space = cast.space_for(self.role, self.group)
+        self.space_limit = cast.id_limit
+        self.longest = longest_action(self.space)
 
     def act(self, text: str) -> Coroutine[Any, Any, str]:
         """Take one action (validated by the conductor); returns its result when it lands."""

@@ -137,14 +137,23 @@ class Agenda:
             return self._at
         return self._times[0] if self._times else math.inf
 
-    def pop(self) -> Entry:
-        """The earliest entry; the first of an instant sorts the instant's entries."""
+    def pop_at(self, t: float) -> Entry | None:
+        """The earliest entry if it is due at ``t`` (an instant ``next_due`` gave), else None:
+        one call per entry where ``next_due`` then ``pop`` were two. The first of an instant
+        sorts the instant's entries."""
         due, i = self._due, self._next
         if i == len(due):
-            self._at = t = heapq.heappop(self._times)
+            # Nothing left of the instant begun (an entry pushed for it went into _due): the
+            # next is the earliest later time's, if that is t.
+            times = self._times
+            if not times or times[0] != t:
+                return None
+            self._at = heapq.heappop(times)
             self._due = due = self._later.pop(t)
             due.sort()
             i = 0
+        elif self._at != t:
+            return None
         self._next = i + 1
         return due[i][3]
 

@@ -29,7 +29,6 @@ from typing import Protocol, runtime_checkable
 import msgspec
 import trio
 
-from collective.base.actions import longest_action
 from collective.base.log import get_logger
 from collective.engine.actor import Actor, Program, default_program
 from collective.engine.episode import LiveEpisode, Recorder, Replay
@@ -241,7 +240,7 @@ class Conductor:
                         f"policy {policy.name!r}: agent {req.agent} turn {req.turn}: "
                         f"{len(resp.token_ids)} tokens but {len(resp.logprobs)} logprobs"
                     )
-                kept = bounded(req, resp)
+                kept = bounded(req, resp, actor.longest)
                 if kept is not resp and not self.warned_bound:
                     self.warned_bound = True  # the rest are in the record, as rejected actions
                     log.warning(
@@ -266,14 +265,14 @@ class Conductor:
             await trio.sleep_until(target)
 
 
-def bounded(req: PolicyRequest, resp: PolicyResponse) -> PolicyResponse:
-    """An answer cut to one token past ``max_tokens`` and one character past the longest action.
+def bounded(req: PolicyRequest, resp: PolicyResponse, chars: int) -> PolicyResponse:
+    """An answer cut to one token past ``max_tokens`` and one character past ``chars``, the
+    longest action of ``req.space`` (``longest_action``: the asking actor keeps it).
 
     No policy's answer may grow the record without bound (a broken or hostile server could send
     megabytes). An answer past either bound is an invalid action (the episode rejects it), and
     what is kept of it is still past the bound, so a replay fed the kept answer rejects it
     again: cutting is idempotent."""
-    chars = longest_action(req.space)
     if len(resp.token_ids) <= req.max_tokens and len(resp.text) <= chars:
         return resp
     keep = req.max_tokens + 1

@@ -19,7 +19,7 @@ import inspect
 import math
 import operator
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 import outcome
@@ -29,7 +29,6 @@ from collective.base.actions import (
     Action,
     ActionError,
     ActionSpace,
-    longest_action,
     parse_action,
 )
 from collective.base.log import get_logger
@@ -153,7 +152,6 @@ class LiveEpisode:
         self.org = self.cast.org
         self.worlds = self.cast.worlds
         self.actors = self.cast.actors
-        self.space_for = self.cast.space_for  # what an actor asks at every think (Stage)
         self.now = 0.0
         self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0
         self.agenda = Agenda()
@@ -411,8 +409,20 @@ class LiveEpisode:
     def _begin(self, actor: Actor, text: str) -> None:
         act = actor.acts
         actor.acts += 1
+        tr = actor.turn_record
+        if tr is not None and tr.kind:
+            tr = None  # its last turn has finished: this action is not that answer's
         try:
-            self._check_bound(actor, text)
+            # An answer past its bounds is invalid, whatever its first characters say (the
+            # conductor kept only one token and one character past them: see ``bounded``).
+            if tr is not None and len(tr.token_ids) > self.cfg.max_output_tokens:
+                raise ActionError(
+                    f"answer over max_output_tokens ({self.cfg.max_output_tokens}); cut there"
+                )
+            if len(text) > actor.longest:
+                raise ActionError(
+                    f"answer longer than any action ({actor.longest} characters); cut there"
+                )
             action = parse_action(text, actor.space)
         except ActionError as e:
             self.stats.rejected += 1
@@ -421,8 +431,7 @@ class LiveEpisode:
             self.agenda.push(self.now, actor.id, Resume(actor, f"error: {e}"))
             return
         self.stats.actions += 1
-        tr = actor.turn_record
-        if tr is not None and tr.kind == "":
+        if tr is not None:
             n = len(tr.token_ids)
             if action.kind == "world":
                 self.stats.world_tokens += n
@@ -445,18 +454,6 @@ class LiveEpisode:
         until = self.now + duration
         self.emit(Began(self.now, actor.id, act, text, until))
         self.agenda.push(until, actor.id, Land(actor, act, action))
-
-    def _check_bound(self, actor: Actor, text: str) -> None:
-        """An answer past its bounds is invalid, whatever its first characters say (the
-        conductor kept only one token and one character past them: see ``bounded``)."""
-        tr = actor.turn_record
-        if tr is not None and tr.kind == "" and len(tr.token_ids) > self.cfg.max_output_tokens:
-            raise ActionError(
-                f"answer over max_output_tokens ({self.cfg.max_output_tokens}); cut there"
-            )
-        longest = longest_action(actor.space)
-        if len(text) > longest:
-            raise ActionError(f"answer longer than any action ({longest} characters); cut there")
 
     def _begin_wait(self, actor: Actor, act: int, text: str, seconds: int) -> None:
         until = self.now + seconds if seconds else -1.0
@@ -510,12 +507,12 @@ class LiveEpisode:
             agenda = self.agenda
             events = self.events  # (flushed only between instants: the same list throughout)
             room = self.max_events - self.written_events
-            while agenda.next_due() == t:
-                entry = agenda.pop()
+            while (entry := agenda.pop_at(t)) is not None:
                 if type(entry) is Answer:
                     self._respond(entry.actor, entry.req, entry.resp)
                 elif type(entry) is Land:
-                    changed |= await self._commit(entry.actor, entry.act, entry.action)
+                    landed = self._commit(entry.actor, entry.act, entry.action)
+                    changed |= landed if type(landed) is bool else await landed
                 elif type(entry) is Resume:
                     if entry.actor.alive:
                         self._resume(entry.actor, entry.value)
@@ -614,8 +611,10 @@ class LiveEpisode:
             space=self._space_number(req.space),
         )
 
-    async def _commit(self, actor: Actor, act: int, action: Action) -> bool:
-        """Apply an action's effect now; returns whether world state may have changed."""
+    def _commit(self, actor: Actor, act: int, action: Action) -> bool | Coroutine[Any, Any, bool]:
+        """Apply an action's effect now; returns whether world state may have changed. A tool
+        that returns an awaitable is finished by the coroutine returned instead, which says so
+        once awaited: only then is a coroutine made, not for every action."""
         if not actor.alive:
             return False
         if action.kind != "world":
@@ -626,28 +625,50 @@ class LiveEpisode:
             # Messages and posts reach the world through ``heard``, which may change its score.
             return PRIMITIVES[action.tool].heard
         world = self.worlds[actor.group]
-        t0 = time.perf_counter()
+        # Only a hybrid clock charges the tool's real time.
+        t0 = time.perf_counter() if self.cfg.clock == "hybrid" else 0.0
         try:
             value = world.call_tool(action.tool, actor.local, action.args)
             if type(value) is not str and inspect.isawaitable(value):  # str: the common case
-                value = await value
+                return self._commit_awaited(actor, act, action, value, t0)
             ok, result = True, str(value)
         except ToolError as e:
             ok, result = False, f"error: {e}"
         except Exception as e:
             raise WorldBug(world, f"{action.tool} (tool)", e, agent=actor.id) from e
+        self._land_tool(actor, act, action.tool, ok, result, t0)
+        return True
+
+    async def _commit_awaited(
+        self, actor: Actor, act: int, action: Action, value: Awaitable[Any], t0: float
+    ) -> bool:
+        """The rest of ``_commit`` for a tool that returned an awaitable."""
+        world = self.worlds[actor.group]
+        try:
+            ok, result = True, str(await value)
+        except ToolError as e:
+            ok, result = False, f"error: {e}"
+        except Exception as e:
+            raise WorldBug(world, f"{action.tool} (tool)", e, agent=actor.id) from e
+        self._land_tool(actor, act, action.tool, ok, result, t0)
+        return True
+
+    def _land_tool(
+        self, actor: Actor, act: int, tool: str, ok: bool, result: str, t0: float
+    ) -> None:
+        """A world tool has returned: log it and hand its result back (after its measured real
+        time, in a hybrid clock)."""
         real = time.perf_counter() - t0 if self.cfg.clock == "hybrid" else 0.0
         if self.replay is not None and (actor.id, act) in self.replay.real:
             real = self.replay.real[(actor.id, act)]
         if not ok:
             self.stats.tool_errors += 1
-        self.emit(Committed(self.now, actor.id, act, action.tool, ok, result, real))
-        self._finish_turn(actor, action.tool, "world", ok, result)
+        self.emit(Committed(self.now, actor.id, act, tool, ok, result, real))
+        self._finish_turn(actor, tool, "world", ok, result)
         if real > 0:
             self.agenda.push(self.now + real, actor.id, Resume(actor, result))
         elif actor.alive:  # (not when the run was stopped while an async tool awaited)
             self._resume(actor, result)
-        return True
 
     # -- the world's own events, and its bugs ---------------------------------------------------
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective import EpisodeConfig, run_episode
-from collective.base.seeding import Stream, derive, splitmix64
+from collective.base.seeding import Stream, derive, derive_more, splitmix64
 from collective.engine.agenda import Agenda, Priority
 from collective.engine.comms import Archive
 from policy.base import PolicyRequest, PolicyResponse
@@ -101,7 +101,7 @@ def test_agenda_applies_entries_in_the_order_of_one_heap(steps: list) -> None:
             assert agenda.next_due() == heap[0][0]
             now = heap[0][0]
             expected.append(heapq.heappop(heap)[4])
-            applied.append(agenda.pop())  # type: ignore[arg-type]
+            applied.append(agenda.pop_at(now))  # type: ignore[arg-type]
         for delay, priority, agent in pushes:
             seq += 1
             entry = Probe(Priority(priority))
@@ -118,6 +118,11 @@ def test_derive_is_a_fold_of_splitmix64(parts: list[int]) -> None:
     for p in parts:
         h = splitmix64(h ^ (p & _MASK))
     assert derive(*parts) == h
+
+
+@given(st.lists(st.integers(-(2**70), 2**70), max_size=4), st.integers(-(2**70), 2**70))
+def test_derive_more_folds_one_part_more(parts: list[int], p: int) -> None:
+    assert derive_more(derive(*parts), p) == derive(*parts, p)
 
 
 @given(st.integers(0, _MASK))
