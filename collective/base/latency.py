@@ -43,7 +43,10 @@ class LatencyModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     def answer_at(self, now: float, prompt_tokens: int, output_tokens: int) -> float:
         """When a call made at ``now`` is answered: after its latency, on the next tick."""
-        at = now + self.seconds(prompt_tokens, output_tokens)
+        # seconds(), written out: this runs for every answer.
+        at = now + (
+            self.overhead + prompt_tokens / self.prefill_tps + output_tokens / self.decode_tps
+        )
         if self.tick:
             at = math.ceil(at / self.tick) * self.tick
         return at

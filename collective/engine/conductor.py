@@ -147,9 +147,11 @@ class Conductor:
         live: list[LiveEpisode] = []
         index: dict[LiveEpisode, int] = {}  # the live ones'
         admissions = itertools.count()
+        real_clock = False  # whether a live episode runs on the real clock
         async with trio.open_nursery() as nursery:
 
             async def admit() -> None:
+                nonlocal real_clock
                 while len(live) < concurrency:
                     cfg = source.take()
                     if cfg is None:
@@ -159,12 +161,14 @@ class Conductor:
                     await nursery.start(ep.host)
                     index[ep] = next(admissions)
                     live.append(ep)
+                    real_clock = real_clock or cfg.clock == "real"
 
             async def retire() -> None:
-                # A run stopped from outside may have applied one more instant after the stop
-                # (see LiveEpisode.withdraw): what ended in it is nobody's, so nothing is
-                # recorded or emitted. (A no-op, no yield, when nothing was cancelled.)
-                await trio.lowlevel.checkpoint_if_cancelled()
+                """Record (or emit) the episodes that ended. Only once past
+                ``checkpoint_if_cancelled``: a run stopped from outside may have applied one
+                more instant after the stop (see LiveEpisode.withdraw), and what ended in it is
+                nobody's, so nothing is recorded or emitted."""
+                nonlocal real_clock
                 for ep in [ep for ep in live if ep.ended]:
                     live.remove(ep)
                     admitted = index.pop(ep)
@@ -183,15 +187,20 @@ class Conductor:
                         result = emit(record)
                         if result is not None:
                             await result
+                real_clock = any(ep.cfg.clock == "real" for ep in live)
 
+            # This loop runs once or twice per simulated instant: the calls that make a
+            # coroutine (admit, retire, quiet.wait) are made only when they have work to do.
             thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]] = []
             while True:
-                await admit()
+                if len(live) < concurrency:
+                    await admit()
                 if not live:
                     if not await source.wait():
                         break
                     continue
-                await self.quiet.wait()
+                if self.quiet.runnable:
+                    await self.quiet.wait()
                 for ep in live:
                     ep.start_requests(thinks)
                 # Settle every episode's current instant before asking the policy: actors
@@ -200,17 +209,22 @@ class Conductor:
                 if settling:
                     for ep in settling:
                         await ep.advance()
-                    await retire()
+                    await trio.lowlevel.checkpoint_if_cancelled()  # (see retire)
+                    if any(ep.ended for ep in live):
+                        await retire()
                     continue
-                thinks = [item for item in thinks if not item[0].ended]
+                if thinks and any(ep.ended for ep in live):
+                    thinks = [item for item in thinks if not item[0].ended]
                 if thinks:
                     await self._think(thinks)
                     thinks = []
-                if any(ep.cfg.clock == "real" for ep in live):
+                if real_clock:
                     await self._sleep_until_due(live)
                 for ep in live:
                     await ep.advance()
-                await retire()
+                await trio.lowlevel.checkpoint_if_cancelled()  # (see retire)
+                if any(ep.ended for ep in live):
+                    await retire()
         return [record for _, record in sorted(done, key=lambda pair: pair[0])]
 
     async def _think(self, thinks: list[tuple[LiveEpisode, Actor, PolicyRequest]]) -> None:
