@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 import trio
 
 from collective.base.actions import ActionSpace, longest_action
-from collective.base.seeding import derive, derive_more
+from collective.base.seeding import derive_more
 from collective.engine.comms import Comms, Message
 from collective.engine.organisation import Organisation
 from collective.engine.quiescence import Quiescence
@@ -59,6 +59,7 @@ class Stage(Protocol):
     """What an actor reads of the episode it plays in (``LiveEpisode``), and where it parks."""
 
     cfg: EpisodeConfig
+    seed_root: int  # derive(cfg.sample_seed)
     now: float
     org: Organisation
     cast: Cast
@@ -147,7 +148,9 @@ class Actor:
         self.space_limit = 0  # the cast's id_limit its space was made for
         self.longest = 0  # longest_action(space)
         self._take_space()
-        self.seed_root = derive(ep.cfg.sample_seed, agent_id)  # a turn's seed folds in the turn
+        # derive(sample_seed, id), from the episode's derive(sample_seed): a turn's seed folds in
+        # the turn (a fold is some 5,000 instructions; an idle agent may take only one turn).
+        self.seed_root = derive_more(ep.seed_root, agent_id)
         self.turn = 0
         self.acts = 0
         self.inbox: deque[Message] | None = None  # created on first delivery

@@ -33,6 +33,7 @@ from collective.base.actions import (
 )
 from collective.base.log import get_logger
 from collective.base.primitives import PRIMITIVES
+from collective.base.seeding import derive
 from collective.engine.actor import (
     ACT,
     THINK_ACT,
@@ -186,6 +187,7 @@ class LiveEpisode:
         recorder: Recorder | None = None,
     ) -> None:
         self.cfg = cfg
+        self.seed_root = derive(cfg.sample_seed)  # what every agent's seeds fold from
         self.quiet = quiet
         self.program = program
         self.replay = replay
