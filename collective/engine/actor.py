@@ -13,7 +13,7 @@ import hashlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import trio
 
@@ -25,9 +25,6 @@ from collective.engine.quiescence import Quiescence
 from collective.records import EpisodeConfig, Turn
 from collective.world import World
 from policy.base import PolicyRequest, PolicyResponse
-
-if TYPE_CHECKING:
-    from collective.engine.cast import Cast
 
 
 class RequestKind(IntEnum):
@@ -55,6 +52,15 @@ Request = (
 )
 
 
+class Spaces(Protocol):
+    """What an actor reads of its episode's cast (``collective.engine.cast.Cast``): its role's
+    action space, and ``id_limit``, which grows (and the spaces with it) at each hire."""
+
+    id_limit: int
+
+    def space_for(self, role: str, group: int) -> ActionSpace: ...
+
+
 class Stage(Protocol):
     """What an actor reads of the episode it plays in (``LiveEpisode``), and where it parks."""
 
@@ -62,10 +68,12 @@ class Stage(Protocol):
     seed_root: int  # derive(cfg.sample_seed)
     now: float
     org: Organisation
-    cast: Cast
     worlds: list[World]
     comms: Comms[Actor]
     quiet: Quiescence
+
+    @property
+    def cast(self) -> Spaces: ...  # (a property: read only, so the episode's Cast is one)
 
     def park(self, actor: Actor, request: Request) -> Coroutine[Any, Any, Any]: ...
 
