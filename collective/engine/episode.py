@@ -19,8 +19,8 @@ import inspect
 import math
 import operator
 import time
-from collections.abc import AsyncGenerator, Awaitable, Coroutine, Generator
-from typing import Any, NoReturn, Protocol
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Protocol
 
 import outcome
 import trio
@@ -48,7 +48,7 @@ from collective.engine.actor import (
 from collective.engine.agenda import Agenda, Answer, Land, Resume, Timer, WorldEvent
 from collective.engine.cast import Cast
 from collective.engine.comms import Comms, Outcome
-from collective.engine.quiescence import Quiescence
+from collective.engine.quiescence import Quiescence, Resumed, Signalled
 from collective.records import (
     CHUNK_RECORDS,
     Asked,
@@ -87,50 +87,6 @@ _BY_ID = operator.attrgetter("id")
 # inside the group of a nursery of the program's own. (Not ``except*``: it wraps every bare
 # exception in a group to match it, a cost per agent at each episode's end: bench/results/engine/.)
 ENGINE_SIGNALS = (Dismissed, EpisodeOver, WorldStopped)
-
-
-class Resumed(outcome.Outcome[Any]):
-    """What a parked actor's wait returns: ``outcome.Value``'s behaviour, as trio's
-    ``reschedule`` takes an ``Outcome``, without its attrs-made constructor and its guard against
-    a second unwrap (making and unwrapping a Value was about 2% of the engine's cost a turn).
-    The guard is the parking contract's here: one resumption per park."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def unwrap(self) -> Any:
-        return self.value
-
-    def send(self, gen: Generator[Any, Any, object]) -> Any:
-        return gen.send(self.value)
-
-    async def asend(self, agen: AsyncGenerator[Any, Any]) -> Any:
-        return await agen.asend(self.value)
-
-
-class Signalled(outcome.Outcome[NoReturn]):
-    """``outcome.Error``'s behaviour, as ``Resumed`` is Value's: an engine signal raised from a
-    park (one per agent at every episode's end)."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def unwrap(self) -> NoReturn:
-        captured_error = self.error
-        try:
-            raise captured_error
-        finally:  # (as outcome does: no cycle through this frame's traceback)
-            del captured_error, self
-
-    def send(self, gen: Generator[Any, Any, object]) -> Any:
-        return gen.throw(self.error)
-
-    async def asend(self, agen: AsyncGenerator[Any, Any]) -> Any:
-        return await agen.athrow(self.error)
 
 
 class Recorder(Protocol):
