@@ -12,11 +12,12 @@ simulated seconds) trained three ways, each at ``--seeds`` training seeds:
 
 Equal compute means equal rollouts sampled by the policy: a run gets ``--budget`` of them, so a
 scheme that samples more a step (turn's forks) gets fewer steps. Leave-one-out re-runs call no
-model (they replay the record with one agent idle) and are not counted, but reported. Then every
-run is measured held out (``--instances`` task instances a team size, never trained on) beside
-random and its seed's untrained weights, and the schemes are compared paired by seed and
-instance (same seed: the same initial weights and the same held-out episodes), with t-intervals
-over the seeds (``collective.studies.intervals``).
+model (they replay the record with one agent idle) and are not counted, but reported. Then
+every run is measured held out (``--instances`` task instances a team size, never trained on)
+beside random, its seed's untrained weights and the signs of life's scripted controls (the
+oracle script's score is the level a hand-written policy reaches), and the schemes are compared
+paired by seed and instance (same seed: the same initial weights and the same held-out
+episodes), with t-intervals over the seeds (``collective.studies.intervals``).
 
     python bench/credit_study.py               # 3 seeds, budget 640 rollouts (flat: 40 steps)
     python bench/credit_study.py --quick       # 2 seeds, budget 64: the machinery only (~5 min)
@@ -43,6 +44,7 @@ from collective.rl.config import TrainConfig, mix
 from collective.rl.rundir import read_metrics
 from collective.studies.intervals import paired_contrast, seed_interval
 from collective.studies.resumable import digest, file_digest, train_digest
+from policy.scripted import ScriptedPolicy, workshop_scripts
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 from policy.uniform import RandomPolicy
 from worlds.workshop import FINDINGS
@@ -110,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     key = digest("random", msgspec.to_builtins(cfgs))
     if kept.get("random", {}).get("digest") != key:
         kept["random"] = {"digest": key, "scores": scores(cfgs, RandomPolicy())}
+    # The scripted controls (the signs of life's): what a hand-written policy earns here. A
+    # script keeps state per agent id, so each episode gets a fresh one.
+    for name, script in workshop_scripts().items():
+        key = digest("script", name, msgspec.to_builtins(cfgs))
+        if kept.get(f"script|{name}", {}).get("digest") != key:
+            played = [scores([c], ScriptedPolicy(script(), name=name))[0] for c in cfgs]
+            kept[f"script|{name}"] = {"digest": key, "scores": played}
+            measure.write_text(json.dumps(kept) + "\n")
     for s in tqdm(range(seeds), desc="untrained", unit="seed"):
         key = digest("untrained", s, msgspec.to_builtins(cfgs))
         if kept.get(f"untrained|{s}", {}).get("digest") != key:
@@ -136,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "budget_rollouts": budget,
         "instances_per_team": instances,
         "random": float(np.mean(random)),
+        "scripts": {n: float(np.mean(kept[f"script|{n}"]["scores"])) for n in workshop_scripts()},
         "untrained": msgspec.to_builtins(seed_interval(np.mean(untrained, axis=1))),
         "schemes": {},
     }
@@ -155,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     u = summary["untrained"]["mean"]
     print(f"random {summary['random']:.3f}, untrained {u:.3f} ({seeds} seeds, budget {budget})")
+    print("scripts: " + ", ".join(f"{n} {v:.3f}" for n, v in summary["scripts"].items()))
     for k, r in summary["schemes"].items():
         line = (
             f"{k:>10}: {r['steps']} steps, rollouts sampled {r['rollouts_sampled']}; trained "
@@ -187,6 +199,10 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         err = 0.0 if iv["lo"] is None else iv["mean"] - iv["lo"]
         ax.bar(i, iv["mean"], yerr=err, capsize=4)
     ax.axhline(0.0, color="grey", lw=0.8)
+    for name, style in (("oracle", "--"), ("no_communication", ":")):
+        level = summary["scripts"][name] - summary["untrained"]["mean"]
+        ax.axhline(level, color="black", ls=style, lw=0.8, label=f"{name} script")
+    ax.legend(loc="best", fontsize=8)
     ax.set_xticks(
         range(len(names)), [f"{k}\n{summary['schemes'][k]['steps']} steps" for k in names]
     )
