@@ -254,11 +254,8 @@ class Conductor:
                         f"policy {policy.name!r}: agent {req.agent} turn {req.turn}: "
                         f"{len(resp.token_ids)} tokens but {len(resp.logprobs)} logprobs"
                     )
-                if len(resp.token_ids) <= req.max_tokens and len(resp.text) <= actor.longest:
-                    ep.answer(actor, req, resp)  # within its bounds: bounded would keep it whole
-                    continue
                 kept = bounded(req, resp, actor.longest)
-                if not self.warned_bound:
+                if kept is not resp and not self.warned_bound:
                     self.warned_bound = True  # the rest are in the record, as rejected actions
                     log.warning(
                         "an answer over its bound: rejected, kept only to the bound",

@@ -637,10 +637,8 @@ class LiveEpisode:
             if type(value) is not str and inspect.isawaitable(value):  # str: the common case
                 return self._commit_awaited(actor, act, action, value, t0)
             ok, result = True, str(value)
-        except ToolError as e:
-            ok, result = False, f"error: {e}"
         except Exception as e:
-            raise WorldBug(world, f"{action.tool} (tool)", e, agent=actor.id) from e
+            ok, result = self._tool_failed(actor, action.tool, e)
         self._land_tool(actor, act, action.tool, ok, result, t0)
         return True
 
@@ -648,15 +646,19 @@ class LiveEpisode:
         self, actor: Actor, act: int, action: Action, value: Awaitable[Any], t0: float
     ) -> bool:
         """The rest of ``_commit`` for a tool that returned an awaitable."""
-        world = self.worlds[actor.group]
         try:
             ok, result = True, str(await value)
-        except ToolError as e:
-            ok, result = False, f"error: {e}"
         except Exception as e:
-            raise WorldBug(world, f"{action.tool} (tool)", e, agent=actor.id) from e
+            ok, result = self._tool_failed(actor, action.tool, e)
         self._land_tool(actor, act, action.tool, ok, result, t0)
         return True
+
+    def _tool_failed(self, actor: Actor, tool: str, e: Exception) -> tuple[bool, str]:
+        """What a world tool's exception means, wherever the tool ran (called or awaited): a
+        ``ToolError`` is the action's refused result; anything else is a bug in the world."""
+        if isinstance(e, ToolError):
+            return False, f"error: {e}"
+        raise WorldBug(self.worlds[actor.group], f"{tool} (tool)", e, agent=actor.id) from e
 
     def _land_tool(
         self, actor: Actor, act: int, tool: str, ok: bool, result: str, t0: float
