@@ -43,7 +43,7 @@ from collective import (
     World,
     parse_action,
 )
-from collective.base.seeding import derive
+from collective.base.seeding import derive, derive_more
 from collective.engine.comms import Archive
 from policy.base import PolicyRequest, PolicyResponse
 
@@ -58,13 +58,15 @@ class Resident:
         "id",
         "inbox",
         "last",
+        "seed_root",
         "turn",
         "waiting",
         "wake",
     )
 
-    def __init__(self, agent_id: int) -> None:
+    def __init__(self, agent_id: int, seed_root: int) -> None:
         self.id = agent_id
+        self.seed_root = seed_root  # derive(sample_seed, id), folded as the engine's Actor does
         self.turn = 0
         self.acts = 0
         self.inbox: deque[tuple[int, str]] = deque()
@@ -87,7 +89,10 @@ class Town:
         self.world: World = cast.worlds[0]
         self.space: ActionSpace = cast.space_for("worker", 0)
         self.policy = policy
-        self.residents = [Resident(i) for i in range(cfg.agents)]
+        # Seeds folded as the engine folds them (``Actor.seed_root``): the same numbers as
+        # derive(sample_seed, id, turn), one fold a turn rather than three.
+        root = derive(cfg.sample_seed)
+        self.residents = [Resident(i, derive_more(root, i)) for i in range(cfg.agents)]
         self.archive = Archive(cfg.archive_size)
         self.next_msg = 0
         self.log: list[tuple[Any, ...]] = []
@@ -112,7 +117,7 @@ class Town:
             turn=r.turn,
             prompt="\n".join(lines) + "\n>",
             space=self.space,
-            seed=derive(cfg.sample_seed, r.id, r.turn),
+            seed=derive_more(r.seed_root, r.turn),
             max_tokens=cfg.max_output_tokens,
             temperature=cfg.temperature,
             asked=now,

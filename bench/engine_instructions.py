@@ -1,4 +1,5 @@
-"""Instructions per agent-turn: the engine, SimPy and the bare trio floor, counted by valgrind.
+"""Instructions per agent-turn: the engine, SimPy, the bare trio floor and the turns' own work,
+counted by valgrind.
 
 ``bench/engine.py``'s comparison times the three side by side, but on a shared 2-core machine
 the same code's CPU time per turn swings by half between runs. An instruction count does not:
@@ -8,7 +9,11 @@ in a fresh process, once to warm up and once counted (collection is on only insi
 ``sys.call_tracing``, so imports, set-up and the warm-up are not counted), and divides the
 count by the agent-turns played. The ratio SimPy / engine is the engine's speed relative to
 SimPy in instructions (1.0 = as fast); floor / engine is how much of the engine's cost is
-trio's own scheduling in the engine's pattern (``bench.engine.play_floor``).
+trio's own scheduling in the engine's pattern (``bench.engine.play_floor``). The work
+(``bench.engine.play_work``) is the engine's turns done with no scheduler at all, as SimPy's
+processes do each one; SimPy / (floor + work) is the ceiling, the most an engine whose agents
+are trio tasks could reach with no bookkeeping of its own, and engine - floor - work is that
+bookkeeping (batches, the agenda, the event record, quiescence), per turn.
 
     python bench/engine_instructions.py            # 1,000 agents, activity 1, 0.1, 0.01
     python bench/engine_instructions.py --quick    # 100 agents, activity 1 (a few minutes)
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +42,7 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "engine" / "instructions.json"
-SYSTEMS = ("engine", "simpy", "floor")
+SYSTEMS = ("engine", "simpy", "floor", "work")
 
 
 def child(system: str, agents: int, activity: float, turns: int) -> None:
@@ -47,16 +53,16 @@ def child(system: str, agents: int, activity: float, turns: int) -> None:
     from bench.city import SparsePolicy
 
     cfg = engine.comparison_config(agents, activity, turns)
-    if system == "floor":  # its schedule is the engine's own, read from an uncounted run
-        n, _, ep = engine.play_engine(cfg, SparsePolicy(activity))
-        engine.SCHEDULES[(cfg.agents, cfg.time_limit, activity)] = (n, engine.wake_schedule(ep))
-        del ep
+    if system in ("floor", "work"):  # the engine's own turns, read from an uncounted run
+        engine.learn_case(cfg, activity, engine.play_engine(cfg, SparsePolicy(activity))[2])
 
     def once() -> int:
         if system == "engine":
             return engine.play_engine(cfg, SparsePolicy(activity))[0]
         if system == "simpy":
             return engine.play_baseline(baselines.run_simpy, cfg, SparsePolicy(activity))[0]
+        if system == "work":
+            return engine.play_work(cfg, SparsePolicy(activity))[0]
         return engine.play_floor(cfg, SparsePolicy(activity))[0]
 
     subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
@@ -108,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=20_000, help="agent-turns a case aims at")
     p.add_argument("--quick", action="store_true", help="100 agents, activity 1, 2,000 turns")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="valgrind runs at once")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -122,23 +129,39 @@ def main(argv: list[str] | None = None) -> int:
     out = a.out or (OUT.with_name("instructions-quick.json") if a.quick else OUT)
     jobs = [(s, x) for x in activities for s in SYSTEMS]
     rows: dict[float, dict[str, Any]] = {x: {"agents": agents, "activity": x} for x in activities}
-    for system, x in tqdm(jobs, desc="valgrind", unit="run"):
-        rows[x][system] = count(system, agents, x, turns)
+    # Instruction counts do not depend on what else runs, so the runs may share the cores.
+    with ThreadPoolExecutor(a.jobs) as pool, tqdm(total=len(jobs), desc="valgrind") as bar:
+        counted = {job: pool.submit(count, job[0], agents, job[1], turns) for job in jobs}
+        for future in as_completed(counted.values()):
+            future.result()  # (an error here, not after the rest)
+            bar.update()
+    for (system, x), future in counted.items():
+        rows[x][system] = future.result()
     table = []
     for x in activities:
         r = rows[x]
-        r["simpy_over_engine"] = r["simpy"]["per_turn"] / r["engine"]["per_turn"]
-        r["floor_share"] = r["floor"]["per_turn"] / r["engine"]["per_turn"]
+        per = {k: r[k]["per_turn"] for k in SYSTEMS}
+        r["simpy_over_engine"] = per["simpy"] / per["engine"]
+        r["floor_share"] = per["floor"] / per["engine"]
+        # SimPy / (floor + work): the most an engine of trio tasks with no bookkeeping could
+        # reach (bench.engine.play_work); the engine's own bookkeeping is what it pays above.
+        r["ceiling"] = per["simpy"] / (per["floor"] + per["work"])
+        r["bookkeeping_per_turn"] = per["engine"] - per["floor"] - per["work"]
         table.append(r)
     result = {"python": sys.version.split()[0], "rows": table}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"instructions per agent-turn, {agents:,} agents (valgrind callgrind)")
-    print(f"{'activity':>8} {'engine':>9} {'SimPy':>9} {'floor':>9} {'SimPy/engine':>13}")
+    print(
+        f"{'activity':>8} {'engine':>9} {'SimPy':>9} {'floor':>9} {'work':>9} "
+        f"{'SimPy/engine':>13} {'ceiling':>8} {'bookkeeping':>12}"
+    )
     for r in table:
-        e, s, f = (r[k]["per_turn"] / 1000 for k in SYSTEMS)
+        e, s, f, w = (r[k]["per_turn"] / 1000 for k in SYSTEMS)
         print(
-            f"{r['activity']:>8g} {e:>8.1f}k {s:>8.1f}k {f:>8.1f}k {r['simpy_over_engine']:>12.2f}x"
+            f"{r['activity']:>8g} {e:>8.1f}k {s:>8.1f}k {f:>8.1f}k {w:>8.1f}k "
+            f"{r['simpy_over_engine']:>12.2f}x {r['ceiling']:>7.2f}x "
+            f"{r['bookkeeping_per_turn'] / 1000:>11.1f}k"
         )
     print(f"wrote {out}")
     return 0

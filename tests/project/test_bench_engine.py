@@ -55,6 +55,10 @@ def test_quick_bench_writes_its_figures(tmp_path: Path) -> None:
         assert row["floor"]["turns"] == row["engine"]["turns"]
         assert len(set(row["floor"]["digests"])) == 1
         assert math.isfinite(row["engine_over_floor_cpu"]) and row["engine_over_floor_cpu"] > 0.0
+        # The work does the engine's own turns with no scheduler, the same every run.
+        assert row["work"]["turns"] == row["engine"]["turns"]
+        assert len(set(row["work"]["digests"])) == 1
+        assert 0.0 < row["ceiling_cpu"] < math.inf
         assert row["engine"]["cpu_us_per_turn"] > 0.0
     for floor in ("trio_floor", "simpy_floor"):
         assert result[floor]["agent_lifecycle_us"] > 0.0
