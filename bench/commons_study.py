@@ -39,7 +39,7 @@ from collective.engine.conductor import run_episodes
 from collective.rl.commons import CommonsStore
 from collective.rl.config import TrainConfig, load_config, mix
 from collective.rl.rollouts import episode_config
-from collective.studies.intervals import paired_contrast, seed_interval
+from collective.studies.intervals import interval_text, paired_contrast, seed_interval
 from collective.studies.resumable import digest, file_digest, train_digest, train_exact
 from policy.scripted import LibraryScript, ScriptedPolicy
 from policy.tiny import TinyModel, TinyPolicy
@@ -207,22 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     for k in summary["figures"]["score"]:
         f = summary["figures"]
         print(
-            f"  {k:23s} score {_iv(f['score'][k])}  published/episode "
+            f"  {k:23s} score {interval_text(f['score'][k])}  published/episode "
             f"{f['added'][k]['mean']:.2f}  recalled/episode {f['used'][k]['mean']:.2f}"
         )
     for k, r in summary["contrasts"].items():
-        print(f"  {k:42s} {_iv(r)}")
+        print(f"  {k:42s} {interval_text(r)}")
     plot(summary, out / "commons.png")
     print(f"wrote {out}")
     return 0
-
-
-def _iv(r: dict[str, Any]) -> str:
-    if r["mean"] is None:
-        return "n/a"
-    if r["lo"] is None:
-        return f"{r['mean']:+.3f}"
-    return f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:

@@ -42,7 +42,7 @@ from tqdm import tqdm
 from bench.world_mix import _train, held_out, scores
 from collective.rl.config import TrainConfig, mix
 from collective.rl.rundir import read_metrics
-from collective.studies.intervals import paired_contrast, seed_interval
+from collective.studies.intervals import interval_text, paired_contrast, seed_interval
 from collective.studies.resumable import digest, file_digest, train_digest
 from policy.scripted import ScriptedPolicy, workshop_scripts
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
@@ -167,23 +167,21 @@ def main(argv: list[str] | None = None) -> int:
     u = summary["untrained"]["mean"]
     print(f"random {summary['random']:.3f}, untrained {u:.3f} ({seeds} seeds, budget {budget})")
     print("scripts: " + ", ".join(f"{n} {v:.3f}" for n, v in summary["scripts"].items()))
+
+    def iv(r: dict[str, Any]) -> str:
+        return interval_text(r, ".3f", " (one seed: no interval)")
+
     for k, r in summary["schemes"].items():
         line = (
             f"{k:>10}: {r['steps']} steps, rollouts sampled {r['rollouts_sampled']}; trained "
-            f"{r['trained']['mean']:.3f}, - untrained {_iv(r['minus_untrained'])}"
+            f"{r['trained']['mean']:.3f}, - untrained {iv(r['minus_untrained'])}"
         )
         if r["minus_flat"] is not None:
-            line += f", - flat {_iv(r['minus_flat'])}"
+            line += f", - flat {iv(r['minus_flat'])}"
         print(line)
     plot(summary, out / "credit.png")
     print(f"wrote {out}")
     return 0
-
-
-def _iv(iv: dict[str, Any]) -> str:
-    if iv["lo"] is None:
-        return f"{iv['mean']:.3f} (one seed: no interval)"
-    return f"{iv['mean']:.3f} [{iv['lo']:.3f}, {iv['hi']:.3f}]"
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:

@@ -40,7 +40,7 @@ from collective.records import EpisodeConfig
 from collective.rl.config import TrainConfig, load_config, mix
 from collective.rl.roles import trained_roles
 from collective.rl.rollouts import episode_config
-from collective.studies.intervals import paired_contrast, seed_interval
+from collective.studies.intervals import interval_text, paired_contrast, seed_interval
 from collective.studies.resumable import digest, file_digest, train_digest, train_exact
 from policy.roles import RolePolicy
 from policy.tiny import TinyModel, TinyPolicy
@@ -193,21 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(random {summary['random']:.3f}):"
     )
     for k, r in summary["scores"].items():
-        print(f"  {k:22s} {_iv(r)}")
+        print(f"  {k:22s} {interval_text(r)}")
     for k, r in summary["contrasts"].items():
-        print(f"  {k:60s} {_iv(r)}")
+        print(f"  {k:60s} {interval_text(r)}")
     print("two roles improve together:", "yes" if summary["improve_together"] else "not shown")
     plot(summary, out / "role_policies.png")
     print(f"wrote {out}")
     return 0
-
-
-def _iv(r: dict[str, Any]) -> str:
-    if r["mean"] is None:
-        return "n/a"
-    if r["lo"] is None:
-        return f"{r['mean']:+.3f}"
-    return f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:

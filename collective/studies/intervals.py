@@ -74,6 +74,17 @@ class Interval(msgspec.Struct, kw_only=True):
 MISSING = Interval(mean=None, lo=None, hi=None)
 
 
+def interval_text(iv: Mapping[str, float | None], fmt: str = "+.3f", lone: str = "") -> str:
+    """An interval as a study's summary JSON holds it (``mean``, ``lo``, ``hi``), for a table:
+    ``n/a`` without a mean, the mean and ``lone`` without an interval (one seed)."""
+    mean, lo, hi = iv["mean"], iv["lo"], iv["hi"]
+    if mean is None:
+        return "n/a"
+    if lo is None or hi is None:
+        return f"{mean:{fmt}}{lone}"
+    return f"{mean:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 

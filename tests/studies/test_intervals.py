@@ -27,6 +27,7 @@ from collective.studies.intervals import (
     claim_p,
     hierarchical_bootstrap,
     holm,
+    interval_text,
     judge,
     judge_tests,
     paired,
@@ -427,3 +428,11 @@ def test_the_rmst_of_censored_times_recovers_the_truth() -> None:
     assert 0.3 < s.censored < 0.8
     with pytest.raises(ValueError, match="tau"):
         survival([1.0], [True], 0.0)
+
+
+def test_interval_text_says_what_a_summary_row_holds() -> None:
+    assert interval_text({"mean": None, "lo": None, "hi": None}) == "n/a"
+    assert interval_text({"mean": 0.1, "lo": None, "hi": None}) == "+0.100"
+    assert interval_text({"mean": 0.1, "lo": -0.2, "hi": 0.3}) == "+0.100 [-0.200, +0.300]"
+    one = interval_text({"mean": 0.1, "lo": None, "hi": None}, ".3f", " (one seed)")
+    assert one == "0.100 (one seed)"
