@@ -998,10 +998,10 @@ def plot_comparison(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set(yscale="log", ylabel="agent-turns / CPU second (median run)")
     ax.set_ylim(top=top * 8)
     ax.set_title(
-        "same world, policy and primitives: this engine vs asyncio rounds vs SimPy, and the "
-        "floor\n(a bare trio program waking the engine's agents at its instants, no work: what "
-        "every all-trio engine pays) and the work of its turns alone; the engine's ratio to each "
-        "above, and SimPy / (floor + work): the ceiling"
+        "same world, policy and primitives: this engine vs asyncio rounds vs SimPy\n"
+        "beside the floor (a bare trio program waking the engine's agents at its instants) and "
+        "the work of its turns with no scheduler;\n"
+        "the engine's ratio to each above, and the ceiling: SimPy / (floor + work)"
     )
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
