@@ -31,6 +31,13 @@ def operand_bits(terms: int) -> int:
     return min(24, (52 - (terms - 1).bit_length()) // 2)
 
 
+def _largest(x: torch.Tensor) -> torch.Tensor:
+    """Each row's largest magnitude (shape ``(..., 1)``), at least ``TINY``: a maximum, exact
+    in any order. (``abs().amax()`` rather than ``vector_norm(x, inf)``: the same numbers, and
+    five times faster on a batch's caches, where the infinity norm takes a generic path.)"""
+    return x.abs().amax(dim=-1, keepdim=True).clamp_min_(TINY)
+
+
 def to_fixed(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row (last dimension) of ``x`` as ``(m, s)``: float64 integers ``m`` with
     ``|m| <= 2**bits`` and one power of two ``s`` per row (shape ``(..., 1)``, float64), so that
@@ -39,7 +46,7 @@ def to_fixed(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     final rounding to an integer."""
     if x.dtype != torch.float64:
         x = x.double()
-    top = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True).clamp_min_(TINY)
+    top = _largest(x)
     mantissa, _ = torch.frexp(top)  # top = mantissa * 2**e with mantissa in [0.5, 1)
     inverse = mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
     return torch.mul(x, inverse).round_(), inverse.reciprocal_()
@@ -52,7 +59,7 @@ def rounded(x: torch.Tensor, bits: int) -> torch.Tensor:
     caller needs no separate scales as long as each sum stays within one row of each operand."""
     if x.dtype != torch.float64:
         x = x.double()
-    top = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True).clamp_min_(TINY)
+    top = _largest(x)
     mantissa, _ = torch.frexp(top)
     inverse = mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
     return torch.mul(x, inverse).round_().div_(inverse)
