@@ -286,20 +286,23 @@ class _Fixed:
         if longest > net.context:
             raise ValueError(f"{longest} positions exceed the model's {net.context}")
         shape = (b, net.kv_heads, width, net.head_dim)
-        self.keys: list[torch.Tensor] = []  # per layer: rounded, by position
-        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: ints, powers
-        for layer in range(len(net.layers)):
-            k = torch.zeros(shape, dtype=torch.float64, device=net.device)
-            m = torch.zeros(shape, dtype=torch.float64, device=net.device)
-            s = torch.zeros(shape[:-1], dtype=torch.float64, device=net.device)
-            for r, (n, pairs) in enumerate(heads):
-                if n:
-                    keys, values = pairs[layer]
-                    k[r, :, :n] = rounded(keys[0, :, :n], net.bits)
-                    mr, sr = to_fixed(values[0, :, :n], net.bits)
-                    m[r, :, :n], s[r, :, :n] = mr, sr[..., 0]
-            self.keys.append(k)
-            self.values.append((m, s))
+        # Every layer's cache in one tensor, and a row's layers rounded together: each
+        # (layer, head, position) vector is a row of its own to policy.fixed, so the numbers are
+        # those of rounding layer by layer, in a few ops a row instead of a few per layer (a
+        # batch of one spent 3 ms here, against 4 ms a decode step). 0 where nothing is written.
+        at_once = (len(net.layers), *shape)
+        k = torch.zeros(at_once, dtype=torch.float64, device=net.device)
+        m = torch.zeros(at_once, dtype=torch.float64, device=net.device)
+        s = torch.zeros(at_once[:-1], dtype=torch.float64, device=net.device)
+        for r, (n, pairs) in enumerate(heads):
+            if n:
+                k[:, r, :, :n] = rounded(torch.stack([x[0, :, :n] for x, _ in pairs]), net.bits)
+                mr, sr = to_fixed(torch.stack([v[0, :, :n] for _, v in pairs]), net.bits)
+                m[:, r, :, :n], s[:, r, :, :n] = mr, sr[..., 0]
+        self.keys: list[torch.Tensor] = list(k.unbind())  # per layer: rounded, by position
+        self.values: list[tuple[torch.Tensor, torch.Tensor]] = [  # per layer: ints, powers
+            (mi, si) for mi, si in zip(m.unbind(), s.unbind(), strict=True)
+        ]
         self.at = [n for n, _ in heads]  # each held row's next position (and on the device:)
         self.pos = torch.tensor(self.at, dtype=torch.long, device=net.device)
         self.live = list(range(b))  # the held rows still decoding, in the caller's order
