@@ -101,6 +101,9 @@ class Town:
         self.delivered = 0
         self.dropped = 0
         self.policy_calls = 0
+        # Turns whose answer landed before the time limit: what the engine counts as its turns
+        # (``Stats.turns``). ``turns`` also holds the answers still in flight at the end.
+        self.landed = 0
 
     # -- a turn: prompt, request, answer --------------------------------------------------------
 
@@ -220,6 +223,7 @@ async def _step(town: Town, r: Resident, now: float) -> None:
     town.policy_calls += 1
     resp = (await town.policy.generate([req]))[0]  # one call per agent, as such loops do
     latency = town.answered(r, req, resp, now)
+    town.landed += 1  # (in rounds an answer lands at once)
     action = town.parse(r, resp.text, now)
     if action is None:
         r.busy_until = now + latency
@@ -266,6 +270,7 @@ def _agent(env: simpy.Environment, town: Town, r: Resident) -> Generator[Any, An
         town.policy_calls += 1
         resp = town.policy.answer(req)  # SimPy processes are synchronous: one call each
         yield env.timeout(town.answered(r, req, resp, env.now))
+        town.landed += 1
         action = town.parse(r, resp.text, env.now)
         if action is None:
             continue

@@ -331,8 +331,11 @@ def play_engine(cfg: EpisodeConfig, policy: Any) -> tuple[int, Callable[[], str]
 
 
 def play_baseline(step: Callable[..., Town], cfg: EpisodeConfig, policy: Any) -> Played:
+    """A baseline's run: its turns counted as the engine counts them, those whose answer
+    landed before the time limit (a policy call still in flight at the end is work done, but
+    no turn)."""
     town = step(cfg, policy)
-    return len(town.turns), town.digest
+    return town.landed, town.digest
 
 
 SYSTEMS: dict[str, tuple[str, Callable[[EpisodeConfig, SparsePolicy], Played]]] = {
@@ -352,16 +355,16 @@ SYSTEMS: dict[str, tuple[str, Callable[[EpisodeConfig, SparsePolicy], Played]]] 
 #: waves). Read from an untimed engine run before the timed ones (``compare``).
 SCHEDULES: dict[tuple[int, float, float], tuple[int, list[list[int]]]] = {}
 #: The engine's turns of each case, for ``play_work``: (agents, limit, activity) -> (asked,
-#: agent) of every turn, in the order the engine answered them. Read with ``SCHEDULES``.
-TURN_ORDERS: dict[tuple[int, float, float], list[tuple[float, int]]] = {}
+#: agent, landed) of every policy call, in the order the engine answered them (the answers
+#: still in flight at the end last, not landed). Read with ``SCHEDULES``.
+TURN_ORDERS: dict[tuple[int, float, float], list[tuple[float, int, bool]]] = {}
 
 
 def learn_case(cfg: EpisodeConfig, activity: float, ep: Episode) -> None:
     """Keep what the floor and the work of a case replay from the engine's episode ``ep``."""
     key = (cfg.agents, cfg.time_limit, activity)
     SCHEDULES[key] = (ep.stats.turns, wake_schedule(ep))
-    # (not the answers still in flight at the end: the engine asked for them, but never acted)
-    TURN_ORDERS[key] = [(t.asked, t.agent) for t in ep.turns if t.answered < cfg.time_limit]
+    TURN_ORDERS[key] = [(t.asked, t.agent, t.answered < cfg.time_limit) for t in ep.turns]
 
 
 def wake_schedule(ep: Episode) -> list[list[int]]:
@@ -448,23 +451,27 @@ def play_work(cfg: EpisodeConfig, policy: SparsePolicy) -> Played:
     """The work of a case that no scheduler can save: the engine's own turns (``TURN_ORDERS``),
     in the order it answered them, each through the baselines' ``Town`` as SimPy's processes do
     it (prompt and request with its seed, the policy's answer, the turn's record, parsing, the
-    action's duration and effect), with no clock, heap, task, batch or event record. An engine
+    action's duration and effect; only the first three for an answer still in flight at the
+    end, as the engine), with no clock, heap, task, batch or event record. An engine
     whose every agent is a trio task pays at least the floor plus this, so SimPy / (floor +
     work) is the most engine / SimPy any such engine could reach on the case, with no
     bookkeeping of its own (``ceiling`` in each row)."""
     order = TURN_ORDERS[(cfg.agents, cfg.time_limit, policy.activity)]
     town = Town(cfg, policy)
     residents = town.residents
-    for now, agent in order:
+    for now, agent, landed in order:
         r = residents[agent]
         req = town.request(r, now)
         resp = policy.answer(req)
         town.answered(r, req, resp, now)
+        if not landed:  # asked and answered, but the episode ended first: no action
+            continue
+        town.landed += 1
         action = town.parse(r, resp.text, now)
         if action is not None and action.tool != "wait":
             town.duration(r, action)
             r.last = town.apply(r, action, now, _nobody_waits)
-    return len(order), town.digest
+    return town.landed, town.digest
 
 
 def _nobody_waits(_: object) -> None:
