@@ -232,12 +232,13 @@ async def _step(town: Town, r: Resident, now: float) -> None:
         r.waiting = True
         r.deadline = now + latency + seconds if seconds else -1.0
     else:
-        r.last = town.apply(r, action, now, _no_wake)
+        r.last = town.apply(r, action, now, no_wake)
         r.busy_until = now + latency + town.duration(r, action)
 
 
-def _no_wake(r: Resident) -> None:
-    """Rounds need no wake-up call: a waiting agent looks at its inbox every round."""
+def no_wake(r: Resident) -> None:
+    """The wake-up call where none is needed: rounds (a waiting agent looks at its inbox every
+    round) and ``bench.engine.play_work`` (nobody in it waits)."""
 
 
 async def _rounds(town: Town, dt: float, tick: Callable[[float], None] | None) -> None:

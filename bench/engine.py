@@ -62,7 +62,7 @@ from typing import Any
 import trio
 from tqdm import tqdm
 
-from bench.baselines import Town, run_rounds, run_simpy
+from bench.baselines import Town, no_wake, run_rounds, run_simpy
 from bench.city import CROWD, SparsePolicy
 from collective import (
     Conductor,
@@ -470,12 +470,8 @@ def play_work(cfg: EpisodeConfig, policy: SparsePolicy) -> Played:
         action = town.parse(r, resp.text, now)
         if action is not None and action.tool != "wait":
             town.duration(r, action)
-            r.last = town.apply(r, action, now, _nobody_waits)
+            r.last = town.apply(r, action, now, no_wake)
     return town.landed, town.digest
-
-
-def _nobody_waits(_: object) -> None:
-    """The work's wake-up call, never made: nobody in it waits (a ``wait`` is skipped)."""
 
 
 def compare(

@@ -48,22 +48,16 @@ SYSTEMS = ("engine", "simpy", "floor", "work")
 def child(system: str, agents: int, activity: float, turns: int) -> None:
     """In the process valgrind runs: play the case twice, the second inside sys.call_tracing
     (the only frame callgrind collects in), and print the agent-turns it played."""
-    import bench.baselines as baselines
     import bench.engine as engine
     from bench.city import SparsePolicy
 
     cfg = engine.comparison_config(agents, activity, turns)
     if system in ("floor", "work"):  # the engine's own turns, read from an uncounted run
         engine.learn_case(cfg, activity, engine.play_engine(cfg, SparsePolicy(activity))[2])
+    play = engine.SYSTEMS[system][1]  # the comparison's own way to play this system
 
     def once() -> int:
-        if system == "engine":
-            return engine.play_engine(cfg, SparsePolicy(activity))[0]
-        if system == "simpy":
-            return engine.play_baseline(baselines.run_simpy, cfg, SparsePolicy(activity))[0]
-        if system == "work":
-            return engine.play_work(cfg, SparsePolicy(activity))[0]
-        return engine.play_floor(cfg, SparsePolicy(activity))[0]
+        return play(cfg, SparsePolicy(activity))[0]
 
     subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
                    capture_output=True)  # fmt: skip

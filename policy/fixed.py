@@ -31,11 +31,17 @@ def operand_bits(terms: int) -> int:
     return min(24, (52 - (terms - 1).bit_length()) // 2)
 
 
-def _largest(x: torch.Tensor) -> torch.Tensor:
-    """Each row's largest magnitude (shape ``(..., 1)``), at least ``TINY``: a maximum, exact
-    in any order. (``abs().amax()`` rather than ``vector_norm(x, inf)``: the same numbers, and
-    five times faster on a batch's caches, where the infinity norm takes a generic path.)"""
-    return x.abs().amax(dim=-1, keepdim=True).clamp_min_(TINY)
+def _scaled(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` in float64 and each row's ``2**(bits - e)``, where ``2**e`` is the smallest power
+    of two above the row's largest magnitude (at least ``TINY``): a maximum, exact in any
+    order, and every step after it exact. (``abs().amax()`` rather than ``vector_norm(x,
+    inf)``: the same numbers, and five times faster on a batch's caches, where the infinity
+    norm takes a generic path.)"""
+    if x.dtype != torch.float64:
+        x = x.double()
+    top = x.abs().amax(dim=-1, keepdim=True).clamp_min_(TINY)
+    mantissa, _ = torch.frexp(top)  # top = mantissa * 2**e with mantissa in [0.5, 1)
+    return x, mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
 
 
 def to_fixed(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,11 +50,7 @@ def to_fixed(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     ``x == m * s`` to within ``s / 2``. The power is the smallest one above the row's largest
     magnitude, divided by ``2**bits``: a function of the row alone, every step exact but the
     final rounding to an integer."""
-    if x.dtype != torch.float64:
-        x = x.double()
-    top = _largest(x)
-    mantissa, _ = torch.frexp(top)  # top = mantissa * 2**e with mantissa in [0.5, 1)
-    inverse = mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
+    x, inverse = _scaled(x, bits)
     return torch.mul(x, inverse).round_(), inverse.reciprocal_()
 
 
@@ -57,11 +59,7 @@ def rounded(x: torch.Tensor, bits: int) -> torch.Tensor:
     below its largest magnitude's power of two. A product of two such rows sums exactly for the
     same reason integers do (every term is an integer times the same two powers of two), so a
     caller needs no separate scales as long as each sum stays within one row of each operand."""
-    if x.dtype != torch.float64:
-        x = x.double()
-    top = _largest(x)
-    mantissa, _ = torch.frexp(top)
-    inverse = mantissa.div_(top).mul_(2.0**bits)  # 2**(bits - e), exactly
+    x, inverse = _scaled(x, bits)
     return torch.mul(x, inverse).round_().div_(inverse)
 
 
