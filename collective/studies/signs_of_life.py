@@ -75,9 +75,10 @@ beside it, matches. Stop it at any time and run the same command again.
     python bench/signs_of_life.py --complete-only  # summarise the runs that finished, train none
     collective experiment signs-of-life --quick   # the same, from an installed copy too
 
-The parallel jobs run this module (``python -m collective.studies.signs_of_life``), so it needs
-no checkout; its results go to ``bench/results/signs_of_life`` in one, ``./signs_of_life``
-otherwise (``--out`` says where).
+The parallel jobs are forks of this process (each job a child that starts with everything this
+one has imported, so a job pays no second start-up of torch), so it needs no checkout; its
+results go to ``bench/results/signs_of_life`` in one, ``./signs_of_life`` otherwise (``--out``
+says where).
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import multiprocessing
 import resource
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -249,15 +250,11 @@ def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
 
 
 def run_all(
-    out: Path,
-    specs: dict[str, dict[str, Any]],
-    seeds: list[int],
-    jobs: int = 1,
-    forward: tuple[str, ...] = (),
+    out: Path, specs: dict[str, dict[str, Any]], seeds: list[int], jobs: int = 1
 ) -> dict[str, list[Path]]:
     """Every (variant, seed) run, ``jobs`` at a time: with more than one, each in a child
-    process of this script (``--train-one``, given ``forward``: the options that shape the
-    runs). Runs are independent and seeded, so the order and the parallelism change nothing."""
+    process (:func:`pool`). Runs are independent and seeded, so the order and the parallelism
+    change nothing."""
     todo = [(name, seed) for name in specs for seed in seeds]
     # the longest runs (a loose limit) first: better packing
     todo.sort(key=lambda job: job[0] not in ("no_pressure", "latency_penalty"))
@@ -275,39 +272,41 @@ def run_all(
             done(k, train_one(out, specs[name], name, seed).name)
         return dirs
     pool(
-        [(f"{n}-s{s}", ["--train-one", f"{n}:{s}", "--out", str(out), *forward]) for n, s in todo],
+        [(f"{n}-s{s}", functools.partial(train_one, out, specs[n], n, s)) for n, s in todo],
         jobs,
         done,
     )
     return dirs
 
 
-def pool(work: list[tuple[str, list[str]]], jobs: int, done: Callable[[int, str], None]) -> None:
-    """Run this script once per (label, arguments), ``jobs`` at a time; stop at the first
-    failure, saying which."""
+def pool(
+    work: list[tuple[str, Callable[[], object]]], jobs: int, done: Callable[[int, str], None]
+) -> None:
+    """Run each (label, job) in a child process of its own, ``jobs`` at a time; stop at the
+    first failure, saying which. A child is a fork of this process, so it starts with torch and
+    the project imported (a fresh interpreter spent about 3 s of CPU on that, a fifth of a quick
+    run's measurements) and with nothing of another job's: a job's results are the files it
+    writes. (A job runs torch with one intra-op thread, as training and sampling always do.)"""
+    fork = multiprocessing.get_context("fork")
     pending = list(work)
-    live: list[tuple[str, subprocess.Popen[bytes]]] = []
+    live: list[tuple[str, multiprocessing.process.BaseProcess]] = []
     finished = 0
     while pending or live:
         while pending and len(live) < jobs:
-            label, args = pending.pop(0)
-            live.append(
-                (
-                    label,
-                    subprocess.Popen(
-                        [sys.executable, "-m", "collective.studies.signs_of_life", *args]
-                    ),
-                )
-            )
+            label, job = pending.pop(0)
+            child = fork.Process(target=job, name=label, daemon=False)
+            child.start()
+            live.append((label, child))
         time.sleep(0.5)
         for item in list(live):
-            rc = item[1].poll()
+            rc = item[1].exitcode
             if rc is None:
                 continue
+            item[1].join()
             live.remove(item)
             if rc != 0:
-                for _, proc in live:
-                    proc.terminate()
+                for _, other in live:
+                    other.terminate()
                 raise SystemExit(f"signs_of_life: {item[0]} failed (exit {rc})")
             finished += 1
             done(finished, item[0])
@@ -642,10 +641,10 @@ def stack(pieces: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure_all(
-    out: Path, runs: dict[str, list[Path]], n: int, jobs: int, forward: tuple[str, ...]
+    out: Path, runs: dict[str, list[Path]], n: int, jobs: int
 ) -> dict[str, dict[str, Any]]:
     """Every measurement, seed by seed, in this process (``jobs`` 1) or ``jobs`` child
-    processes at a time (``--measure-one``), each part written to ``OUT/measured/<part>.npz``
+    processes at a time (:func:`pool`), each part written to ``OUT/measured/<part>.npz``
     with its digest beside it (:func:`measure_key`). A part whose stored digest matches is
     re-used, any other measured again: each is a function of one run's weights and the
     instances alone, so where or when it ran changes nothing."""
@@ -663,13 +662,16 @@ def measure_all(
 
     if len(missing) < len(todo):
         print(f"[measure] {len(todo) - len(missing)} of {len(todo)} re-used (digests match)")
+
+    def one(part: str) -> None:
+        store(measured_file(out, part, n), *keys[part], measure(runs, part, n), _save_npz)
+
     if jobs <= 1:
         for k, part in enumerate(missing, 1):
-            store(measured_file(out, part, n), *keys[part], measure(runs, part, n), _save_npz)
+            one(part)
             done(k, part)
     else:
-        args = ["--out", str(out), *forward]
-        pool([(part, ["--measure-one", part, *args]) for part in missing], jobs, done)
+        pool([(part, functools.partial(one, part)) for part in missing], jobs, done)
     got = {part: _load_npz(measured_file(out, part, n)) for part in todo}
     return {job: stack([got[p] for p in parts(job, runs)]) for job in measurements(runs)}
 
@@ -1167,8 +1169,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--jobs", type=int, default=2, help="training runs at once (default 2: the two cores)"
     )
-    p.add_argument("--train-one", default="", help=argparse.SUPPRESS)  # NAME:SEED, a child's job
-    p.add_argument("--measure-one", default="", help=argparse.SUPPRESS)  # a measurement's job
     p.add_argument(
         "--complete-only",
         action="store_true",
@@ -1178,10 +1178,6 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     specs = variants(a.quick, a.steps or None)
-    if a.train_one:  # one training run, for run_all's parallel jobs
-        name, seed = a.train_one.rsplit(":", 1)
-        train_one(a.out, specs[name], name, int(seed))
-        return 0
     if a.jobs < 1:
         p.error(f"--jobs must be >= 1, got {a.jobs}")
     only = set(filter(None, a.only.split(","))) or None
@@ -1193,14 +1189,6 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(a.seeds or (1 if a.quick else 3)))
     n = a.instances or (2 if a.quick else 16)
     a.out.mkdir(parents=True, exist_ok=True)
-    forward = (*(["--quick"] if a.quick else []), *(["--steps", str(a.steps)] if a.steps else []))
-    measure_forward = ("--seeds", str(len(seeds)), "--instances", str(n), "--only", ",".join(specs))
-    if a.measure_one:  # one measurement, for measure_all's parallel jobs
-        runs = {k: [a.out / "runs" / f"{k}-s{s}" for s in seeds] for k in specs}
-        path = measured_file(a.out, a.measure_one, n)
-        key, settings = measure_key(a.out, a.measure_one, n)
-        store(path, key, settings, measure(runs, a.measure_one, n), _save_npz)
-        return 0
     if a.complete_only:
         runs = {}
         for name, fields in specs.items():
@@ -1215,12 +1203,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--complete-only: no complete main run in {a.out / 'runs'}")
         print("complete runs: " + ", ".join(f"{k} {len(v)}" for k, v in runs.items()), flush=True)
     else:
-        runs = run_all(a.out, specs, seeds, a.jobs, forward)
+        runs = run_all(a.out, specs, seeds, a.jobs)
     t_train = time.perf_counter() - t0
     main_cfg = load_config(runs["main"][0] / "config.toml")
     teams = main_cfg.team_sizes
 
-    got = measure_all(a.out, runs, n, a.jobs, (*forward, *measure_forward))
+    got = measure_all(a.out, runs, n, a.jobs)
     heldout: dict[str, dict[str, dict[str, Interval]]] = {}
     raw: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for name in runs:

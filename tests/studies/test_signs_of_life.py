@@ -274,3 +274,33 @@ def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() 
     assert two_x[0]["built_in_by"] == ["hire_everyone"] and "built in" in two_x[0]["why"]
     assert two_x[1]["verdict"] == "yes" and two_x[1]["reproduced_by"] == ["oracle"]
     assert "attainable" in two_x[1]["why"]
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+def _fail() -> None:
+    raise RuntimeError("this job breaks")
+
+
+def test_the_pool_runs_each_job_in_a_child_and_stops_at_the_first_failure(tmp_path: Path) -> None:
+    """The experiment's parallel jobs (training runs, measurements): each in a child process,
+    ``jobs`` at a time, every one reported done; a job that raises stops the pool with a line
+    naming it, and the jobs not yet started never start."""
+    import functools
+
+    from collective.studies.signs_of_life import pool
+
+    done: list[str] = []
+    work = [(f"job{k}", functools.partial(_write, tmp_path / f"{k}.txt", str(k))) for k in range(5)]
+    pool(work, 2, lambda k, label: done.append(label))
+    assert sorted(done) == [f"job{k}" for k in range(5)]
+    assert [(tmp_path / f"{k}.txt").read_text() for k in range(5)] == [str(k) for k in range(5)]
+
+    late = tmp_path / "late.txt"
+    with pytest.raises(SystemExit, match="signs_of_life: broken failed"):
+        pool(
+            [("broken", _fail), ("late", functools.partial(_write, late, "x"))], 1, lambda *_: None
+        )
+    assert not late.exists()
