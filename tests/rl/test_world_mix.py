@@ -202,10 +202,12 @@ def test_a_mix_round_trips_through_config_toml(tmp_path: Path) -> None:
     assert train_digest(again) == train_digest(cfg)
 
 
-@pytest.mark.heavy
+@pytest.mark.slow
 def test_two_built_in_worlds_both_improve_in_one_run(tmp_path: Path) -> None:
     """configs/mix_library.toml (tally and the library, seeded): held out, on instances never
-    trained on, the trained weights beat the untrained ones on each world by MARGIN. (Pairs
+    trained on, the trained weights beat the untrained ones on each world by MARGIN. A long
+    experiment (about a minute, twice that beside the suite's other worker): ``pytest -m slow``;
+    the suite's other tests here check the mix's machinery. (Pairs
     that share no skill interfere here: beside tally the workshop does not move,
     bench/results/world_mix; bench/world_mix.py measures this pair over seeds.)"""
     from collective import run_episodes
