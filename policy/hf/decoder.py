@@ -50,7 +50,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from policy.fixed import WHOLE_VECTORS, operand_bits, round_up, rounded, to_fixed
+from policy.fixed import (
+    WHOLE_VECTORS,
+    operand_bits,
+    round_up,
+    rounded,
+    rounded_and_fixed,
+    to_fixed,
+)
 from policy.hf.model import cache_pairs, new_cache
 
 #: Model types whose decoder layers :class:`FixedDecoder` implements.
@@ -353,8 +360,8 @@ class _Fixed:
         into = ((self.rows * kv + self.heads) * width + pos[:, None]).view(-1)
         for layer, keys, (vm, vs) in zip(net.layers, self.keys, self.values, strict=True):
             qkv = layer.qkv(x).view(b, h + 2 * kv, dim)
-            qk = rounded(_rotate(qkv[:, : h + kv], cos, sin), net.bits)
-            m, s = to_fixed(qkv[:, h + kv :], net.bits)
+            qkv[:, : h + kv] = _rotate(qkv[:, : h + kv], cos, sin)
+            qk, (m, s) = rounded_and_fixed(qkv, net.bits, h + kv)  # queries, keys | values
             keys.view(-1, dim).index_copy_(0, into, qk[:, h:].reshape(-1, dim))
             vm.view(-1, dim).index_copy_(0, into, m.reshape(-1, dim))
             vs.view(-1).index_copy_(0, into, s.reshape(-1))
