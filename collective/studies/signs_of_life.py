@@ -87,13 +87,14 @@ import argparse
 import functools
 import json
 import multiprocessing
+import multiprocessing.connection
 import resource
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -286,30 +287,42 @@ def pool(
     first failure, saying which. A child is a fork of this process, so it starts with torch and
     the project imported (a fresh interpreter spent about 3 s of CPU on that, a fifth of a quick
     run's measurements) and with nothing of another job's: a job's results are the files it
-    writes. (A job runs torch with one intra-op thread, as training and sampling always do.)"""
+    writes. Fork copies no threads, so this process must not have sampled or run a
+    multi-threaded torch kernel before (:func:`main` does neither: its jobs do); each child runs
+    torch on one intra-op thread, as training and sampling always do. Ended by a failure or
+    Ctrl-C, it stops every child it started before it returns (a kill -9 leaves them running, as
+    it would any child process)."""
     fork = multiprocessing.get_context("fork")
     pending = list(work)
-    live: list[tuple[str, multiprocessing.process.BaseProcess]] = []
+    live: dict[int, tuple[str, multiprocessing.process.BaseProcess]] = {}
     finished = 0
-    while pending or live:
-        while pending and len(live) < jobs:
-            label, job = pending.pop(0)
-            child = fork.Process(target=job, name=label, daemon=False)
-            child.start()
-            live.append((label, child))
-        time.sleep(0.5)
-        for item in list(live):
-            rc = item[1].exitcode
-            if rc is None:
-                continue
-            item[1].join()
-            live.remove(item)
-            if rc != 0:
-                for _, other in live:
-                    other.terminate()
-                raise SystemExit(f"signs_of_life: {item[0]} failed (exit {rc})")
-            finished += 1
-            done(finished, item[0])
+    try:
+        while pending or live:
+            while pending and len(live) < jobs:
+                label, job = pending.pop(0)
+                started: multiprocessing.process.BaseProcess = fork.Process(
+                    target=_child, args=(job,), name=label
+                )
+                started.start()
+                live[started.sentinel] = (label, started)
+            for sentinel in multiprocessing.connection.wait(list(live)):
+                label, child = live.pop(cast(int, sentinel))  # a child's end: its sentinel
+                child.join()
+                if child.exitcode != 0:
+                    raise SystemExit(f"signs_of_life: {label} failed (exit {child.exitcode})")
+                finished += 1
+                done(finished, label)
+    finally:
+        for _, left in live.values():
+            left.terminate()
+            left.join()
+
+
+def _child(job: Callable[[], object]) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    job()
 
 
 # -- the held-out protocol, the same for every policy ------------------------------------------

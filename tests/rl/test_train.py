@@ -214,7 +214,7 @@ def test_flat_advantage_is_shared_by_every_token_of_a_rollout() -> None:
 
 
 @pytest.mark.heavy
-@pytest.mark.timeout(900)  # a hang guard: about 3 CPU-minutes, far more on a busy machine
+@pytest.mark.timeout(900)  # a hang guard: about 1.5 CPU-minutes, far more on a busy machine
 def test_learning_for_real_in_a_world_where_parallel_work_pays(tmp_path: Path) -> None:
     """A seeded run (configs/learn.toml cut to 16 steps, teams of 2) must lift the mean return of
     the trained policy, on held-out task instances, at least MARGIN above the untrained policy's

@@ -277,7 +277,7 @@ def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() 
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text)
+    path.write_text(f"{text} {os.getpid()}")
 
 
 def _fail() -> None:
@@ -286,21 +286,24 @@ def _fail() -> None:
 
 def test_the_pool_runs_each_job_in_a_child_and_stops_at_the_first_failure(tmp_path: Path) -> None:
     """The experiment's parallel jobs (training runs, measurements): each in a child process,
-    ``jobs`` at a time, every one reported done; a job that raises stops the pool with a line
-    naming it, and the jobs not yet started never start."""
+    ``jobs`` at a time, every one reported done and counted; a job that raises stops the pool
+    with a line naming it, and the jobs not yet started never start."""
     import functools
 
     from collective.studies.signs_of_life import pool
 
-    done: list[str] = []
+    done: list[tuple[int, str]] = []
     work = [(f"job{k}", functools.partial(_write, tmp_path / f"{k}.txt", str(k))) for k in range(5)]
-    pool(work, 2, lambda k, label: done.append(label))
-    assert sorted(done) == [f"job{k}" for k in range(5)]
-    assert [(tmp_path / f"{k}.txt").read_text() for k in range(5)] == [str(k) for k in range(5)]
+    pool(work, 2, lambda k, label: done.append((k, label)))
+    assert [k for k, _ in done] == [1, 2, 3, 4, 5]
+    assert sorted(label for _, label in done) == [f"job{k}" for k in range(5)]
+    written = [(tmp_path / f"{k}.txt").read_text().split() for k in range(5)]
+    assert [text for text, _ in written] == [str(k) for k in range(5)]
+    pids = {int(pid) for _, pid in written}
+    assert len(pids) == 5 and os.getpid() not in pids, "one child process a job"
 
     late = tmp_path / "late.txt"
-    with pytest.raises(SystemExit, match="signs_of_life: broken failed"):
-        pool(
-            [("broken", _fail), ("late", functools.partial(_write, late, "x"))], 1, lambda *_: None
-        )
+    broken = [("broken", _fail), ("late", functools.partial(_write, late, "x"))]
+    with pytest.raises(SystemExit, match=r"signs_of_life: broken failed \(exit 1\)"):
+        pool(broken, 1, lambda *_: None)
     assert not late.exists()
