@@ -287,9 +287,10 @@ def pool(
     first failure, saying which. A child is a fork of this process, so it starts with torch and
     the project imported (a fresh interpreter spent about 3 s of CPU on that, a fifth of a quick
     run's measurements) and with nothing of another job's: a job's results are the files it
-    writes. Fork copies no threads, so this process must not have sampled or run a
-    multi-threaded torch kernel before (:func:`main` does neither: its jobs do); each child runs
-    torch on one intra-op thread, as training and sampling always do. Ended by a failure or
+    writes. Fork copies no threads: the samplers make their pools anew in a child
+    (:mod:`policy.threads`), and this process must not have run a multi-threaded torch kernel
+    (:func:`main` runs none: its jobs do); each child runs torch on one intra-op thread, as
+    training and sampling always do. Ended by a failure or
     Ctrl-C, it stops every child it started before it returns (a kill -9 leaves them running, as
     it would any child process)."""
     fork = multiprocessing.get_context("fork")

@@ -37,7 +37,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import trio
@@ -49,21 +48,9 @@ from policy.hf.decoder import AloneDecoder, FixedDecoder, unsupported
 from policy.hf.grammar import GrammarError, masked_logits
 from policy.hf.model import MIN_SHARED, HFModel, cache_pairs, common_prefix, new_cache
 from policy.hf.prompt import prompt_ids
+from policy.threads import sampling_threads
 
 MAX_PREFIXES = 64  # shared prompt heads kept per model (one per action space, in practice)
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """The process's sampling threads of this size, each with one torch intra-op thread (made
-    once, shared by every policy: a training run serves several versions)."""
-    with _POOLS_LOCK:
-        if workers not in _POOLS:
-            _POOLS[workers] = ThreadPoolExecutor(
-                workers, "hf-sample", initializer=torch.set_num_threads, initargs=(1,)
-            )
-        return _POOLS[workers]
 
 
 def draw(logp: torch.Tensor, u: float) -> int:
@@ -135,7 +122,7 @@ class HFPolicy:
             prompts.append(ids)
         if not requests:
             return []
-        pool = _pool(self.workers)
+        pool = sampling_threads("hf-sample", self.workers)
         # The batch in contiguous shards, one a sampling thread: any split gives the same
         # answers (module docstring), so the split is only about using the cores.
         size = -(-len(requests) // self.workers)

@@ -24,7 +24,6 @@ import copy
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ import trio
 from collective.base.actions import ActionSpace
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.grammar import batch_tables
+from policy.threads import sampling_threads
 from policy.tiny import decode
 from policy.tiny.invariant import SamplingNet
 from policy.tiny.model import TinyConfig, TinyTransformer
@@ -47,21 +47,6 @@ DEFAULT_MAX_TOKENS: int = next(
     f.default for f in msgspec.structs.fields(PolicyRequest) if f.name == "max_tokens"
 )
 MIN_CHUNK_ROWS = 128  # below this, a chunk's fixed cost per step outweighs running in parallel
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _sampling_threads(workers: int) -> ThreadPoolExecutor:
-    """The process's sampling threads (one pool per size, made once, never torn down)."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get(workers)
-        if pool is None:
-            pool = _POOLS[workers] = ThreadPoolExecutor(
-                workers, "tiny-sample", initializer=torch.set_num_threads, initargs=(1,)
-            )
-        return pool
 
 
 class TinyModel:
@@ -242,7 +227,7 @@ class TinyModel:
                 tables.start[idx],
             )
 
-        pool = _sampling_threads(self.workers)
+        pool = sampling_threads("tiny-sample", self.workers)
         with self.lock:
             version = self.version
             # The weights as they are now, prepared for sampling (on a sampling thread: one
