@@ -290,9 +290,8 @@ def pool(
     writes. Fork copies no threads: the samplers make their pools anew in a child
     (:mod:`policy.threads`), and this process must not have run a multi-threaded torch kernel
     (:func:`main` runs none: its jobs do); each child runs torch on one intra-op thread, as
-    training and sampling always do. Ended by a failure or
-    Ctrl-C, it stops every child it started before it returns (a kill -9 leaves them running, as
-    it would any child process)."""
+    training and sampling always do. Ended by a failure or Ctrl-C, it stops every child it
+    started before it returns (a kill -9 leaves them running, as it would any child process)."""
     fork = multiprocessing.get_context("fork")
     pending = list(work)
     live: dict[int, tuple[str, multiprocessing.process.BaseProcess]] = {}
