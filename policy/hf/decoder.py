@@ -337,7 +337,7 @@ class _Fixed:
         self.live = list(range(len(self.live)))
         self._index(len(self.live))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self, tokens: Sequence[int]) -> torch.Tensor:
         """One token per live row, at its next position; the next-token logits, float32
         ``[live rows, vocab]``. A finished row that rides along gets token 0 at its frozen

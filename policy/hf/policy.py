@@ -182,6 +182,7 @@ class HFPolicy:
                 self._prefixes[key] = pairs
         return n, pairs
 
+    @torch.inference_mode()
     def decode(
         self,
         requests: Sequence[PolicyRequest],
