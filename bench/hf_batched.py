@@ -15,12 +15,15 @@ output tokens per CPU-second compare the arithmetic and not how many cores each 
 - **generate**: ``model.generate`` on the same prompts (left-padded, sampling, no grammar,
   exactly ``max_tokens`` new tokens a row): the field's baseline.
 
-Each is run ``--repeats`` times in turn (interleaved) and the median reported, as output tokens
-per CPU-second of this process; the ratio batched / generate is the issue's target (>= 0.8 at
-batch 64). The grammar's share of the batched run is the CPU of replaying its masks along the
-same outputs (``ActionGrammar.masks``: fill and accept per token) over the batched run's CPU.
-Requests are a workshop episode's first prompts (``bench/sglang_client.py``). Figures go to
-``bench/results/hf_batched/`` (``hf_batched.json`` and ``hf_batched.png``).
+Each is run ``--repeats`` times in turn (interleaved, the order reversed every other repeat)
+and the median reported, as output tokens per CPU-second of this process. Batch 1 is
+``--singles`` requests (default 8), each sampled as a batch of one: one request alone is about
+0.1 CPU-s, which varied by +-30% from run to run on this machine. The ratio batched / generate
+is the issue's target (>= 0.8 at batch 64). The grammar's share of the batched run is the CPU
+of replaying its masks along the same outputs (``ActionGrammar.masks``: fill and accept per
+token) over the batched run's CPU. Requests are a workshop episode's first prompts
+(``bench/sglang_client.py``). Figures go to ``bench/results/hf_batched/`` (``hf_batched.json``
+and ``hf_batched.png``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="", help="batch sizes (default 1,8,64; quick 1,8)")
     p.add_argument("--max-tokens", type=int, default=24)
     p.add_argument("--repeats", type=int, default=0, help="runs of each (default 3; quick 1)")
+    p.add_argument("--singles", type=int, default=8, help="requests batch 1 runs, one at a time")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
     sizes = [int(s) for s in (a.sizes or ("1,8" if a.quick else "1,8,64")).split(",")]
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         directory = make_tiny_lm(Path(tmp) / "tiny-lm", seed=0)
         model = HFModel.load(directory, dtype="float32")
     causal, tokenizer = model.causal, model.tokenizer
-    requests = workshop_requests(max(sizes), a.max_tokens)
+    requests = workshop_requests(max(*sizes, a.singles), a.max_tokens)
     batched = HFPolicy(model, workers=1)
     alone = HFPolicy(model, workers=1)
     alone._decoder = AloneDecoder(causal, model.cache_arg)  # the per-request path of before
@@ -99,28 +103,39 @@ def main(argv: list[str] | None = None) -> int:
     sample(batched, requests[:2]), sample(alone, requests[:2]), generate(requests[:2])
     rows = []
     for n in sizes:
-        batch = requests[:n]
+        # batch 1 is `--singles` requests, each a batch of one: a single request's ~0.1 CPU-s
+        # spread by +-30% from run to run here, more than the paths differ
+        calls = [[r] for r in requests[: a.singles]] if n == 1 else [requests[:n]]
         got: dict[str, list[float]] = {"batched": [], "alone": [], "generate": []}
         grammar_cpu = []
         for k in range(repeats):
             torch.manual_seed(k)
-            cpu, (tokens, answers) = _cpu(sample, batched, batch)
-            got["batched"].append(tokens / cpu)
-            gcpu, _ = _cpu(
-                lambda pairs: [
-                    model.grammar.masks(r.space, x.token_ids, "bench") for r, x in pairs
-                ],
-                list(zip(batch, answers, strict=True)),
-            )
-            grammar_cpu.append(gcpu / cpu)
-            if n <= 8 or not a.quick:
-                cpu, (tokens, _) = _cpu(sample, alone, batch)
-                got["alone"].append(tokens / cpu)
-            cpu, tokens = _cpu(generate, batch)
-            got["generate"].append(tokens / cpu)
+            paths = ["batched", "generate"] + (["alone"] if n <= 8 or not a.quick else [])
+            if k % 2:  # each path first as often as last: no order effect in the medians
+                paths.reverse()
+            for path in paths:
+                cpu, tokens = 0.0, 0
+                for batch in calls:
+                    if path == "generate":
+                        c, t = _cpu(generate, batch)
+                    else:
+                        policy = batched if path == "batched" else alone
+                        c, (t, answers) = _cpu(sample, policy, batch)
+                        if path == "batched":
+                            g, _ = _cpu(
+                                lambda pairs: [
+                                    model.grammar.masks(r.space, x.token_ids, "bench")
+                                    for r, x in pairs
+                                ],
+                                list(zip(batch, answers, strict=True)),
+                            )
+                            grammar_cpu.append(g / c)
+                    cpu, tokens = cpu + c, tokens + t
+                got[path].append(tokens / cpu)
         med = {k: statistics.median(v) for k, v in got.items() if v}
-        row = {
+        row: dict[str, Any] = {
             "batch": n,
+            "requests": sum(len(c) for c in calls),
             "tokens_per_cpu_s": med,
             "batched_over_generate": med["batched"] / med["generate"],
             "batched_over_alone": med["batched"] / med["alone"] if "alone" in med else None,
@@ -141,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "tiny-lm (collective make-model, seed 0)",
         "max_tokens": a.max_tokens,
         "repeats": repeats,
+        "singles": a.singles,
         "threads": 1,
         "torch": torch.__version__,
         "capability": torch.backends.cpu.get_cpu_capability(),
