@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 import socket
 import threading
 import time
@@ -358,3 +359,17 @@ def test_rlcr_sends_each_new_version_over_the_group_and_writes_none(sglang_train
         assert all(torch.equal(latest[n], server.weights[n]) for n in latest)
     finally:
         server.stop()
+
+
+def test_the_sync_bench_times_every_method_and_each_left_the_weights_held(tmp_path):
+    """``bench/weight_sync.py --quick``: each method syncs, by itself (no fallback to the disk),
+    and the bench stops with the method's name if the stand-in does not then hold the version's
+    tensors bit for bit; here only what it writes is checked, never how fast."""
+    from bench.weight_sync import METHODS, main
+
+    assert main(["--quick", "--repeats", "2", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "weight_sync.json").read_text())
+    assert result["shape"] == "tiny-152k" and result["bytes"] > 1_000_000
+    assert {m: len(v) for m, v in result["runs"].items()} == {m: 2 for m in METHODS}
+    assert all(s > 0 for runs in result["runs"].values() for s in runs)
+    assert (tmp_path / "weight_sync.png").stat().st_size > 5_000
