@@ -25,6 +25,7 @@ from worlds.tally import Tally
 SPACE = ActionSpace(Tally(3).tool_specs())
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("setting", ["defaults", "mkl-compatible", "threads-3", "sse4.2"])
 def test_batched_decoding_is_batch_invariant_whatever_kernels_the_libraries_pick(setting):
     """Batches of 1 to 257, a reversed batch of 65, three requests at every position of every

@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support import ROOT
 
 
+@pytest.mark.heavy
 def test_quick_bench_writes_its_figures(tmp_path: Path) -> None:
     engine, city = tmp_path / "engine", tmp_path / "city"
     script = str(ROOT / "bench" / "engine.py")
