@@ -15,7 +15,7 @@ output tokens per CPU-second compare the arithmetic and not how many cores each 
 - **generate**: ``model.generate`` on the same prompts (left-padded, sampling, no grammar,
   exactly ``max_tokens`` new tokens a row): the field's baseline.
 
-Each is run ``--repeats`` times in turn (interleaved, the order reversed every other repeat)
+Each is run ``--repeats`` times in turn (interleaved, the order rotated each repeat)
 and the median reported, as output tokens per CPU-second of this process. Batch 1 is
 ``--singles`` requests (default 8), each sampled as a batch of one: one request alone is about
 0.1 CPU-s, which varied by +-30% from run to run on this machine. The ratio batched / generate
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--singles", type=int, default=8, help="requests batch 1 runs, one at a time")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
+    if a.singles < 1:
+        p.error(f"--singles must be at least 1, got {a.singles}")
     sizes = [int(s) for s in (a.sizes or ("1,8" if a.quick else "1,8,64")).split(",")]
     repeats = a.repeats or (1 if a.quick else 3)
     torch.set_num_threads(1)
@@ -111,10 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(repeats):
             torch.manual_seed(k)
             paths = ["batched", "generate"] + (["alone"] if n <= 8 or not a.quick else [])
-            if k % 2:  # each path first as often as last: no order effect in the medians
-                paths.reverse()
-            for path in paths:
-                cpu, tokens = 0.0, 0
+            k_first = k % len(paths)  # rotated: each path first (and last) in turn
+            for path in paths[k_first:] + paths[:k_first]:
+                cpu, tokens, grammar = 0.0, 0, 0.0
                 for batch in calls:
                     if path == "generate":
                         c, t = _cpu(generate, batch)
@@ -129,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
                                 ],
                                 list(zip(batch, answers, strict=True)),
                             )
-                            grammar_cpu.append(g / c)
+                            grammar += g
                     cpu, tokens = cpu + c, tokens + t
                 got[path].append(tokens / cpu)
+                if path == "batched":
+                    grammar_cpu.append(grammar / cpu)
         med = {k: statistics.median(v) for k, v in got.items() if v}
         row: dict[str, Any] = {
             "batch": n,

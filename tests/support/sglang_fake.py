@@ -285,8 +285,10 @@ class FakeSGLang:
         self.group_timeout = 10.0  # how long joining a group and one broadcast may take here
         self.groups: dict[str, Any] = {}  # group_name -> (process group, world_size, rank)
         self._weights: dict[str, Any] | None = None  # name -> tensor, read on first use
-        # weight_version -> a copy of the tensors held once that version was loaded (any route)
+        # weight_version -> a copy of the tensors held once that version was loaded (any route);
+        # keep_held False skips the copy (bench/weight_sync.py: a copy no real server makes)
         self.held: dict[str, dict[str, Any]] = {}
+        self.keep_held = True
         self.log: list[tuple[str, Any]] = []
         self.faults: list[str] = []
         self.hang = 1.0
@@ -578,7 +580,7 @@ class FakeSGLang:
     def _keep(self) -> None:
         """Remember what this version holds (:attr:`held`): a test can then check that each
         version a server loaded is the learner's weights of that version, whatever the route."""
-        if self.weights:
+        if self.weights and self.keep_held:
             self.held[self.weight_version] = {n: t.clone() for n, t in self.weights.items()}
 
     def generate(self, body: dict[str, Any]) -> tuple[int, Any]:
