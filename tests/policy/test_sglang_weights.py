@@ -77,14 +77,7 @@ class Saver:
 
 def holds(server: FakeSGLang, model: HFModel) -> bool:
     """The server holds exactly the model's tensors, bit for bit."""
-    sent = dict(checkpoint_tensors(model))
-    if set(server.weights) != set(sent):
-        return False
-    return all(
-        server.weights[n].dtype == t.dtype
-        and torch.equal(server.weights[n].view(torch.uint8), t.contiguous().view(torch.uint8))
-        for n, t in sent.items()
-    )
+    return server.holds(checkpoint_tensors(model))
 
 
 def update(policy: SGLangPolicy, model: HFModel, saver: Saver, version: int = 1, **kw) -> None:

@@ -452,6 +452,17 @@ class FakeSGLang:
     def refusal(message: str) -> tuple[int, Any]:
         return 400, {"success": False, "message": message}
 
+    def holds(self, named: Sequence[tuple[str, Any]]) -> bool:
+        """This server holds exactly these tensors, by name, bit for bit (and no others)."""
+        import torch
+
+        held = self.weights
+        return set(held) == {n for n, _ in named} and all(
+            held[n].dtype == t.dtype
+            and torch.equal(held[n].view(torch.uint8), t.contiguous().view(torch.uint8))
+            for n, t in named
+        )
+
     def mismatch(self, named: Sequence[tuple[str, Any]]) -> str | None:
         """Why the server's model cannot take these tensors (names it does not have, another
         dtype or shape), or None."""
