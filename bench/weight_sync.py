@@ -10,7 +10,7 @@ load: ``disk`` writes the checkpoint (``HFModel.save``) and the server reads it 
 ``tensor`` posts the named tensors pickled with torch's multiprocessing reductions (shared
 memory, not a copy of the bytes, for CPU tensors; CUDA IPC handles on a GPU); ``distributed``
 forms an update group once, then broadcasts flattened buckets of ``--bucket-mb`` over it. The
-methods take turns (``--repeats`` each, the order reversed every other round) and the median
+methods take turns (``--repeats`` each, the order rotated each round) and the median
 is reported, in wall seconds (a sync is waited on) and GB/s of the checkpoint's bytes.
 
 **What serves them: the strict stand-in** (``tests/support/sglang_fake.py``, in this process on
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         version = 0
         try:
-            rounds = [METHODS if k % 2 == 0 else METHODS[::-1] for k in range(repeats)]
+            # rotated: each method first (and last) in turn
+            rounds = [METHODS[k % 3 :] + METHODS[: k % 3] for k in range(repeats)]
             for method in tqdm([m for r in rounds for m in r], desc="syncs", unit="sync"):
                 version += 1
                 with torch.no_grad():  # new weights: every tensor differs from what is held
@@ -109,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows[method].append(time.perf_counter() - t0)
                 if policy.last_sync_method != method:
                     raise SystemExit(f"{method}: the sync went by {policy.last_sync_method}")
-                if server.weight_version != str(version) or not _holds(server, named):
+                if server.weight_version != str(version) or not server.holds(named):
                     raise SystemExit(f"{method}: the stand-in does not hold version {version}")
                 for old in work.glob("v*"):  # the disk path's checkpoints
-                    _remove(old)
+                    shutil.rmtree(old)
         finally:
             server.stop()
     med = {m: statistics.median(v) for m, v in rows.items()}
@@ -135,21 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, a.out / "weight_sync.png")
     print(f"wrote {a.out / 'weight_sync.json'}")
     return 0
-
-
-def _holds(server: Any, named: list[tuple[str, torch.Tensor]]) -> bool:
-    held = server.weights
-    return set(held) == {n for n, _ in named} and all(
-        held[n].dtype == t.dtype
-        and torch.equal(held[n].view(torch.uint8), t.contiguous().view(torch.uint8))
-        for n, t in named
-    )
-
-
-def _remove(path: Path) -> None:
-    for f in path.iterdir():
-        f.unlink()
-    path.rmdir()
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
