@@ -15,17 +15,16 @@ output tokens per CPU-second compare the arithmetic and not how many cores each 
 - **generate**: ``model.generate`` on the same prompts (left-padded, sampling, no grammar,
   exactly ``max_tokens`` new tokens a row): the field's baseline.
 
-Each is run ``--repeats`` times in turn (interleaved, the order rotated each repeat)
-and the median reported, as output tokens per CPU-second of this process; a ratio is the median
-of the repeats' own ratios (each repeat's paths run back to back, so a slower minute of the
-machine slows both), the ratio of the medians beside it. Batch 1 is
-``--singles`` requests (default 8), each sampled as a batch of one: one request alone is about
-0.1 CPU-s, which varied by +-30% from run to run on this machine. The ratio batched / generate
-is the issue's target (>= 0.8 at batch 64). The grammar's share of the batched run is the CPU
-of replaying its masks along the same outputs (``ActionGrammar.masks``: fill and accept per
-token) over the batched run's CPU. Requests are a workshop episode's first prompts
-(``bench/sglang_client.py``). Figures go to ``bench/results/hf_batched/`` (``hf_batched.json``
-and ``hf_batched.png``).
+Each is run ``--repeats`` times in turn (interleaved, the order rotated each repeat) and the
+median reported, as output tokens per CPU-second of this process; a ratio is the median of the
+repeats' own ratios (each repeat's paths run back to back, so a slower minute of the machine
+slows both), the ratio of the medians beside it. Batch 1 is ``--singles`` requests (default 8),
+each sampled as a batch of one: one request alone is about 0.1 CPU-s, which varied by +-30%
+from run to run on this machine. The ratio batched / generate is the issue's target (>= 0.8 at
+batch 64). The grammar's share of the batched run is the CPU of replaying its masks along the
+same outputs (``ActionGrammar.masks``: fill and accept per token) over the batched run's CPU.
+Requests are a workshop episode's first prompts (``bench/sglang_client.py``). Figures go to
+``bench/results/hf_batched/`` (``hf_batched.json`` and ``hf_batched.png``).
 """
 
 from __future__ import annotations
