@@ -476,6 +476,48 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 
 @command
+def cmd_sft(a: argparse.Namespace) -> int:
+    from collective.rl.config import TrainConfig, load_config
+    from collective.rl.sft import SFTConfig, sft
+
+    flags = dict(
+        epochs=a.epochs,
+        learning_rate=a.lr,
+        batch=a.batch,
+        holdout=a.holdout,
+        seed=a.seed,
+        min_score=a.min_score,
+        best=a.best,
+    )
+    cfg = SFTConfig(**{k: v for k, v in flags.items() if v is not None})  # (its defaults)
+    if a.config:
+        train_cfg = load_config(a.config, a.set)
+    elif a.set:
+        raise ValueError("sft: --set changes a train config: give one with --config")
+    else:
+        train_cfg = TrainConfig()
+    paths: list[Path] = []
+    for given in map(Path, a.episodes):  # a folder: every episode file in it (a run's episodes/)
+        paths += sorted(given.glob("*.msgpack")) if given.is_dir() else [given]
+    epochs = sft(paths, train_cfg, cfg, Path(a.out), resume=a.resume, progress=not a.quiet)
+    last = epochs[-1]
+    say(
+        json.dumps(
+            {
+                "out": a.out,
+                "epochs": len(epochs),
+                "train_loss": round(last.train_loss, 4),
+                "heldout_loss": None if last.heldout_loss is None else round(last.heldout_loss, 4),
+                "init": str(
+                    Path(a.out) / ("latest.pt" if train_cfg.backend == "tiny" else "latest")
+                ),
+            }
+        )
+    )
+    return 0
+
+
+@command
 def cmd_plot(a: argparse.Namespace) -> int:
     from collective.rl.plots import plot_run
 
@@ -693,6 +735,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue a stopped run, with the config it began with (--set steps=N extends it)",
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    sf = sub.add_parser("sft", help="imitate recorded episodes: a starting policy for train")
+    sf.add_argument("episodes", nargs="+", help="episode files, or folders of them")
+    sf.add_argument("--out", required=True, help="the folder to write (checkpoint, sft.json)")
+    sf.add_argument("--config", help="a train config naming the model (default: the tiny one)")
+    sf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    sf.add_argument("--epochs", type=int, default=None)
+    sf.add_argument("--lr", type=float, default=None)
+    sf.add_argument("--batch", type=int, default=None, help="turns a step")
+    sf.add_argument("--holdout", type=float, default=None)
+    sf.add_argument("--seed", type=int, default=None)
+    sf.add_argument("--min-score", type=float, default=None)
+    sf.add_argument("--best", type=float, default=None, help="top share by score")
+    sf.add_argument("--resume", action="store_true", help="continue a stopped run in --out")
+    sf.add_argument("--quiet", action="store_true", help="no progress bar")
 
     pl = sub.add_parser("plot", help="draw a training run's metrics")
     pl.add_argument("run")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from collective.base.seeding import Stream
+from collective.base.seeding import Stream, derive
 from policy import tokenizer
 from policy.base import PolicyRequest, PolicyResponse
 
@@ -154,6 +154,41 @@ class WorkshopScript:
                 asked.add(m)
                 return f"work {i}"
         return f"wait {self.patience}"
+
+
+class PriorScript(WorkshopScript):
+    """The signs-of-life study's starting prior, named before any training (fourth edition):
+    the format and the local skills, not the strategy. It works its own desk as the oracle does
+    (``avoid``: no clash, keeps to its module, tries a missing key once, waits), and on a share
+    ``talk`` of its turns sends a message to a teammate drawn uniformly, of one to three words
+    drawn uniformly from the text argument's suggested vocabulary (the world's lexicon, whose
+    key names ``k<j>`` are among its words): keys are named only by chance, to whoever the draw
+    picks, never to who wants them. It never passes keys on purpose and never hires. Imitated
+    by ``collective sft``, it gives the byte model a prior that talks in varied, well-formed
+    text, so "does talk become purposeful?" starts from talk the model already makes."""
+
+    TALK_STREAM = 0x7A1C  # folded into a request's seed: talk draws apart from the desk's
+
+    def __init__(self, talk: float = 0.15, budget: int = 23) -> None:
+        super().__init__(hire=False, keys="never", avoid=True, name="prior")
+        self.talk = talk
+        self.budget = budget  # the action's bytes at most (24 output tokens: one for EOS)
+
+    def __call__(self, r: PolicyRequest) -> str:
+        rng = Stream(derive(r.seed, self.TALK_STREAM))
+        msg = next((t for t in r.space.tools if t.name == "msg"), None)
+        if msg is not None and rng.random() < self.talk:
+            to_arg, text_arg = msg.args[0], msg.args[1]
+            others = [a for a in range(to_arg.lo, to_arg.hi + 1) if a != r.agent]
+            if others and text_arg.words:
+                to = others[rng.below(len(others))]
+                words = [text_arg.words[rng.below(len(text_arg.words))] for _ in range(3)]
+                words = words[: 1 + rng.below(3)]
+                while words and len(f'msg {to} "{" ".join(words)}"') > self.budget:
+                    words.pop()
+                if words:
+                    return f'msg {to} "{" ".join(words)}"'
+        return super().__call__(r)
 
 
 def workshop_scripts() -> dict[str, Callable[[], WorkshopScript]]:

@@ -77,6 +77,10 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     groups_per_step: int = 4  # B
     group_size: int = 8  # G rollouts of the same task instance (world seed)
     seed: int = 0
+    # Dynamic sampling (DAPO's and slime's filter): a group whose returns are all equal carries
+    # no signal (every advantage 0), so it is dropped and a fresh group of the same step drawn
+    # in its place, up to this many a step; 0 = off. Counted in metrics.jsonl either way.
+    resample: int = 0
     # -- many worlds in one run (``[[worlds]]`` tables: ``WorldEntry``) ------------------------
     # Given, they replace world, params, team_sizes and the time-limit schedule: each group
     # draws its world by weight from a stream seeded by (seed, group), so a run stays a function
@@ -111,8 +115,11 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     clip: float = 0.2  # PPO clip on the importance ratio
     aggregation: Literal["token_mean", "sequence_mean", "constant"] = "token_mean"
     normaliser: float = 4096.0  # tokens, for aggregation = "constant"
-    entropy_coef: float = 0.0
-    kl_coef: float = 0.0  # KL to the initial policy (k3 estimator)
+    entropy_coef: float = 0.0  # a bonus on the mean entropy of the sampled tokens' distributions
+    kl_coef: float = 0.0  # a penalty on the KL to the starting weights (the reference policy)
+    # k1: log(pi / pi_ref), unbiased, can be negative; k3: r - log r - 1 with r = pi_ref / pi,
+    # unbiased and never negative (Schulman's estimators, as GRPO trainers offer them)
+    kl_estimator: Literal["k1", "k3"] = "k3"
     max_grad_norm: float = 1.0
     chunk: int = 512  # turns per forward/backward chunk (bounds the learner's memory)
     # -- asynchrony -------------------------------------------------------------------------
@@ -211,6 +218,12 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 "each episode, which a server holding one version at a time does not keep: "
                 "drop hf_server or use another advantage"
             )
+        if self.resample and (self.cluster.backend != "local" or self.commons != "off"):
+            raise ValueError(
+                "train config: resample (dynamic sampling) is built for cluster.backend = "
+                "'local' without a commons (Ray workers are dealt whole steps; a commons follows "
+                "the groups in order): drop resample or those settings"
+            )
         if self.advantage != "turn" and (given := self._set(TURN_ONLY)):
             raise ValueError(
                 f"train config: advantage = {self.advantage!r} ignores {given} "
@@ -294,6 +307,7 @@ DOMAINS: dict[str, Domain] = {
     "groups_per_step": _at_least(1),
     "group_size": Domain(lambda x: 2 <= x < 2**63, ">= 2 (a group baseline needs two)"),
     "seed": Domain(lambda x: 0 <= x < 2**64, "in 0..2**64-1"),
+    "resample": _at_least(0),
     "time_limit_start": FINITE_POSITIVE,
     "time_limit_end": FINITE_POSITIVE,
     "latency_penalty": FINITE_NON_NEGATIVE,
@@ -526,6 +540,13 @@ def world_of(cfg: TrainConfig, group: int) -> WorldEntry:
             return w
         u -= w.weight
     return next(w for w in reversed(worlds) if w.weight > 0)  # (u at the rounding edge)
+
+
+def draws_per_step(cfg: TrainConfig) -> int:
+    """Group indices a step owns: its ``groups_per_step`` draws, then its ``resample`` reserve
+    draws (played only when a drawn group carries no signal). Group ``g`` belongs to step
+    ``g // draws_per_step``; with ``resample = 0`` this is ``groups_per_step``, as always."""
+    return cfg.groups_per_step + cfg.resample
 
 
 def time_limit_at(cfg: TrainConfig, step: int, world: WorldEntry | None = None) -> float:

@@ -53,6 +53,17 @@ def clipped_pg_loss(
     return loss, was_clipped
 
 
+def kl_estimate(new_logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per sampled token, an estimate of KL(pi || pi_ref) from the tokens pi sampled (Schulman,
+    "Approximating KL divergence"): k1 = log pi - log pi_ref, unbiased but of either sign, so its
+    gradient pushes each token's own ratio; k3 = r - log r - 1 with r = pi_ref / pi, unbiased,
+    never negative, lower variance. Its gradient flows through ``new_logp`` only."""
+    log_r = ref_logp - new_logp
+    if estimator == "k1":
+        return -log_r
+    return torch.exp(log_r) - log_r - 1
+
+
 class Sample(msgspec.Struct):
     """One turn's output tokens, ready for the loss."""
 
@@ -87,8 +98,26 @@ class Learner:
             self.reference = make() if make is not None else copy.deepcopy(model)
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One optimiser step on a step's samples. A batch whose advantages are all zero (no
+        group carried signal) takes none: no forward, no gradient, no Adam moment moved. Adam
+        normalises the gradient, and its momentum moves the weights on a zero gradient, so
+        stepping on no signal would still change the policy."""
         cfg = self.cfg
         t0 = time.perf_counter()
+        if not any(s.advantage for s in samples):
+            self.model.version += 1  # (the version counts steps; the weights are unchanged)
+            return {
+                "loss": 0.0,
+                "clip_fraction": 0.0,
+                "ratio_mean": 0.0,
+                "entropy": 0.0,
+                "kl": 0.0,
+                "grad_norm": 0.0,
+                "learner_tokens_per_s": 0.0,
+                "learner_seconds": time.perf_counter() - t0,
+                "trained_tokens": 0.0,
+                "optimiser_step": False,
+            }
         self.optimiser.zero_grad(set_to_none=True)
         n_tokens = float(sum(len(s.tokens) for s in samples))
         n_seqs = float(len(samples))
@@ -139,8 +168,7 @@ class Learner:
                         cfg.temperature,
                         **self.logprob_kwargs,
                     )
-                diff = torch.cat(ref) - new_logp
-                kl = torch.exp(diff) - diff - 1
+                kl = kl_estimate(new_logp, torch.cat(ref), cfg.kl_estimator)
                 loss = loss + cfg.kl_coef * kl.sum() / n_tokens
                 totals["kl"] += float(kl.detach().sum())
             loss.backward()
@@ -163,6 +191,7 @@ class Learner:
             "learner_tokens_per_s": n_tokens / seconds if seconds > 0 else 0.0,
             "learner_seconds": seconds,
             "trained_tokens": n_tokens,
+            "optimiser_step": True,
         }
 
     def state(self) -> dict[str, Any]:

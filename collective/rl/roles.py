@@ -92,4 +92,5 @@ def combined(per_role: dict[str, dict[str, float]]) -> dict[str, float]:
         "learner_tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         "learner_seconds": seconds,
         "trained_tokens": tokens,
+        "optimiser_step": any(s.get("optimiser_step", False) for s in per_role.values()),
     }

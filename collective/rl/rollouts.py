@@ -13,7 +13,7 @@ steps in a fixed order, so when it finished cannot change the run.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +26,14 @@ from collective.engine.conductor import Conductor
 from collective.records import Episode, EpisodeConfig, world_error
 from collective.rl.backend import Backend, Weights
 from collective.rl.commons import CommonsStore
-from collective.rl.config import TrainConfig, WorldEntry, mix, time_limit_at, world_of
+from collective.rl.config import (
+    TrainConfig,
+    WorldEntry,
+    draws_per_step,
+    mix,
+    time_limit_at,
+    world_of,
+)
 from collective.rl.rundir import RunDir
 from policy.base import Policy, TrainableModel
 
@@ -42,7 +49,7 @@ def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> Epis
         team_size(cfg, group),
         world_seed=derive(cfg.seed, group) >> 33,
         sample_seed=derive(cfg.seed, group, member) >> 1,
-        time_limit=time_limit_at(cfg, group // cfg.groups_per_step, world),
+        time_limit=time_limit_at(cfg, group // draws_per_step(cfg), world),
         version=version,
     )
 
@@ -105,7 +112,10 @@ def first_configs(cfg: TrainConfig) -> list[EpisodeConfig]:
 
 class Schedule:
     """Issues the episodes of groups in order, each only once the policy version it is pinned to
-    exists: group g belongs to step g // B and may use weights ``lag`` versions older."""
+    exists: group g belongs to step g // D (D = ``draws_per_step``) and may use weights ``lag``
+    versions older. A step's first ``groups_per_step`` groups are issued as soon as they may be;
+    its reserve groups (dynamic sampling) only once ``request`` asks for them, and before
+    anything else then (the learner is waiting on them)."""
 
     def __init__(
         self,
@@ -116,52 +126,93 @@ class Schedule:
         commons: CommonsStore | None = None,
     ) -> None:
         self.cfg = cfg
+        self.draws = draws_per_step(cfg)
         self.commons = commons  # the run's commons, whose version v an episode of v starts from
         self.pin = pin  # False: the server holds one version; episodes take whatever it has
         self.group, self.member = first_group, 0
         self.have = have  # (group, member) already on disk: not run again
-        self.latest = first_group // cfg.groups_per_step  # newest version the learner published
+        self.latest = first_group // self.draws  # newest version the learner published
         self.issued: dict[int, tuple[int, int]] = {}  # sample_seed -> (group, member)
+        self.reserve: list[tuple[int, int]] = []  # requested reserve episodes, in order
+        # Steps whose groups are settled (no reserve can be asked for any more): without
+        # dynamic sampling, every step from the start.
+        self.settled = -1 if cfg.resample else cfg.steps
         self._changed = trio.Event()
 
     def publish(self, version: int) -> None:
         self.latest = version
+        self._wake()
+
+    def request(self, groups: list[int]) -> None:
+        """Play these reserve groups (each of the step the learner is waiting on)."""
+        self.reserve += [(g, i) for g in groups for i in range(self.cfg.group_size)]
+        self._wake()
+
+    def settle(self, step: int) -> None:
+        """``step`` has all the groups it will train on: no reserve of it will be asked for."""
+        self.settled = max(self.settled, step)
+        self._wake()
+
+    def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
     def _skip_done(self) -> None:
         while (self.group, self.member) in self.have:
             self._advance()
+        while self.reserve and self.reserve[0] in self.have:
+            self.reserve.pop(0)
 
     def _advance(self) -> None:
         self.member += 1
         if self.member == self.cfg.group_size:
             self.group, self.member = self.group + 1, 0
+            if self.group % self.draws == self.cfg.groups_per_step:  # a step's reserves: skip
+                self.group += self.cfg.resample
 
     def _exhausted(self) -> bool:
-        return self.group >= self.cfg.steps * self.cfg.groups_per_step
+        return (
+            self.group >= self.cfg.steps * self.draws
+            and not self.reserve
+            and self.settled >= self.cfg.steps - 1
+        )
 
-    def _needs(self) -> int:
-        return max(0, self.group // self.cfg.groups_per_step - self.cfg.lag)
+    def _version(self, needs: int) -> int:
+        if not self.pin:
+            return -1
+        return needs if self.cfg.sync == "pinned" else self.latest
 
     def take(self) -> EpisodeConfig | None:
         self._skip_done()
-        if self._exhausted() or self.latest < self._needs():
+        if self.reserve:  # (its step's first groups ran: its version exists)
+            g, i = self.reserve.pop(0)
+            return self._issue(g, i, self._version(max(0, g // self.draws - self.cfg.lag)))
+        if self.group >= self.cfg.steps * self.draws or self.latest < self._needs_of(self.group):
             return None
-        if not self.pin:
-            version = -1
-        else:
-            version = self._needs() if self.cfg.sync == "pinned" else self.latest
-        ep = team_config(self.cfg, self.group, self.member, version)
+        g, i = self.group, self.member
+        self._advance()
+        return self._issue(g, i, self._version(self._needs_of(g)))
+
+    def _needs_of(self, group: int) -> int:
+        return max(0, group // self.draws - self.cfg.lag)
+
+    def _issue(self, group: int, member: int, version: int) -> EpisodeConfig:
+        ep = team_config(self.cfg, group, member, version)
         if self.commons is not None:
             ep = self.commons.apply(ep, version)
-        self.issued[ep.sample_seed] = (self.group, self.member)
-        self._advance()
+        self.issued[ep.sample_seed] = (group, member)
         return ep
 
     async def wait(self) -> bool:
         self._skip_done()
-        while not self._exhausted() and self.latest < self._needs():
+        while (
+            not self._exhausted()
+            and not self.reserve
+            and (
+                self.group >= self.cfg.steps * self.draws
+                or self.latest < self._needs_of(self.group)
+            )
+        ):
             await self._changed.wait()
         return not self._exhausted()
 
@@ -193,7 +244,7 @@ class Rollouts:
         self.first_step = first_step = args.first_step
         self.backend, self.model = args.backend, args.model
         self.serving_weights = args.serving_weights
-        self.first_group = first_step * cfg.groups_per_step
+        self.first_group = first_step * draws_per_step(cfg)
         # A resumed run's episodes that finished after its checkpoint: used, not run again.
         self.buffer: dict[tuple[int, int], Episode] = run.finished_episodes(self.first_group)
         self.on_disk = set(self.buffer)
@@ -231,16 +282,71 @@ class Rollouts:
         self.run.save_episode(group, member, ep)  # kept before anyone uses it
         await self._send.send((group, member, ep))
 
-    async def groups(self, step: int) -> list[list[Episode]]:
-        """The step's B groups of G episodes, in order, once every one has finished."""
-        B, G = self.cfg.groups_per_step, self.cfg.group_size
-        wanted = [(g, i) for g in range(step * B, (step + 1) * B) for i in range(G)]
+    async def groups(
+        self, step: int, signal: Callable[[list[Episode]], bool] | None = None
+    ) -> Drawn:
+        """The step's B groups of G episodes, in order, once every one has finished. With
+        ``signal`` (dynamic sampling, ``resample > 0``), each group without signal is replaced,
+        in order, by the step's next reserve group that has it, while the reserves last; reserves
+        are played in rounds of as many as there are groups to replace, so the choice is a
+        function of the episodes' returns alone."""
+        cfg = self.cfg
+        B, D = cfg.groups_per_step, draws_per_step(cfg)
+        first = step * D
+        slots = list(range(first, first + B))
+        await self._gather(slots)
+        flat: list[int] = []
+        reserves = list(range(first + B, first + D))
+        while signal is not None and reserves:
+            empty = [k for k, g in enumerate(slots) if not signal(self._group(g))]
+            if not empty:
+                break
+            drawn, reserves = reserves[: len(empty)], reserves[len(empty) :]
+            self._request(drawn)
+            await self._gather(drawn)
+            useful = [g for g in drawn if signal(self._group(g))]
+            flat += [g for g in drawn if g not in useful]
+            for k, g in zip(empty, useful, strict=False):
+                flat.append(slots[k])
+                slots[k] = g
+        self._settle(step)
+        G = cfg.group_size
+        out = Drawn(
+            ids=slots,
+            groups=[[self.buffer.pop((g, i)) for i in range(G)] for g in slots],
+            flat=sorted(flat),
+        )
+        for g in flat:
+            for i in range(G):
+                del self.buffer[(g, i)]
+        return out
+
+    def _group(self, g: int) -> list[Episode]:
+        return [self.buffer[(g, i)] for i in range(self.cfg.group_size)]
+
+    async def _gather(self, groups: list[int]) -> None:
+        wanted = [(g, i) for g in groups for i in range(self.cfg.group_size)]
         while any(k not in self.buffer for k in wanted):
             g, i, ep = await self._recv.receive()
             self.buffer[(g, i)] = ep
-        return [
-            [self.buffer.pop((g, i)) for i in range(G)] for g in range(step * B, (step + 1) * B)
-        ]
+
+    def _request(self, groups: list[int]) -> None:
+        """Play these reserve groups (dynamic sampling; local rollouts only: config.py)."""
+        raise NotImplementedError
+
+    def _settle(self, step: int) -> None:
+        """``step``'s groups are chosen: no reserve of it will be asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drawn:
+    """A step's groups as the learner takes them: their group indices (``ids``, which name
+    their episode files), the episodes, and the groups dropped for want of signal (dynamic
+    sampling: played and kept on disk, never trained on)."""
+
+    ids: list[int]
+    groups: list[list[Episode]]
+    flat: list[int]
 
 
 class LocalRollouts(Rollouts):
@@ -295,3 +401,9 @@ class LocalRollouts(Rollouts):
     async def publish(self, version: int, weights: Weights) -> None:
         await self.backend.publish(self.model, version, weights)
         self.schedule.publish(version)
+
+    def _request(self, groups: list[int]) -> None:
+        self.schedule.request(groups)
+
+    def _settle(self, step: int) -> None:
+        self.schedule.settle(step)

@@ -107,6 +107,14 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     kl: float
     grad_norm: float
     trained_tokens: float
+    # Signal: the groups trained on whose returns differ (the rest have every advantage 0);
+    # whether the optimiser stepped (no step, and no momentum update, without any advantage);
+    # dynamic sampling (resample > 0): reserve groups played, and groups dropped for want of
+    # signal. Defaults: lines written before these fields existed.
+    signal_groups: int = -1
+    optimiser_step: bool = True
+    resampled_groups: int = 0
+    flat_dropped: int = 0
     # Wall-clock figures: the only fields a re-run with the same config does not reproduce (how
     # many rollouts share a policy batch depends on when the learner frees the CPU).
     learner_tokens_per_s: float
@@ -152,25 +160,31 @@ class StepMetrics(msgspec.Struct, kw_only=True):
 
 class Ledger(msgspec.Struct):
     """Which episode files a step consumed: every finished episode is used once, or dropped
-    as stale, and this file says which."""
+    as stale, or (dynamic sampling) dropped with its group for want of signal, and this file
+    says which."""
 
     step: int
     used: list[str]
     dropped: list[str]
+    flat: list[str] = []  # resample: episodes of groups whose returns were all equal
 
     @classmethod
-    def of_step(cls, step: int, groups: int, size: int, used: Sequence[bool]) -> Ledger:
-        """``step``'s ledger, from whether each of its ``groups`` x ``size`` episodes (in group
-        and member order) was used."""
-        names = [
-            episode_name(g, i)
-            for g in range(step * groups, (step + 1) * groups)
-            for i in range(size)
-        ]
+    def of_step(
+        cls,
+        step: int,
+        groups: Sequence[int],
+        size: int,
+        used: Sequence[bool],
+        flat: Sequence[int] = (),
+    ) -> Ledger:
+        """``step``'s ledger, from whether each episode of ``groups`` (group indices) x ``size``
+        (in group and member order) was used, and the groups dropped for want of signal."""
+        names = [episode_name(g, i) for g in groups for i in range(size)]
         return cls(
             step,
             [n for n, u in zip(names, used, strict=True) if u],
             [n for n, u in zip(names, used, strict=True) if not u],
+            [episode_name(g, i) for g in flat for i in range(size)],
         )
 
 
@@ -479,7 +493,7 @@ class RunDir:
         write_latest(self.checkpoints, snapshot_name(state.step) if snap else None)
         save_torch({**checkpoint, "state": msgspec.to_builtins(state)}, self.state_path)
         if not self.cfg.keep_episodes:
-            for n in ledger.used + ledger.dropped:
+            for n in ledger.used + ledger.dropped + ledger.flat:
                 (self.episodes / n).unlink(missing_ok=True)
 
 

@@ -54,6 +54,7 @@ from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_nod
 from collective.rl.commons import CommonsStore, step_commons
 from collective.rl.config import (
     TrainConfig,
+    draws_per_step,
     dump_config,
     load_config,
     mix,
@@ -121,6 +122,22 @@ def group_advantages(returns: np.ndarray, std_normalise: bool) -> np.ndarray:
     if std_normalise:
         adv = adv / (returns.std() + 1e-6)
     return adv
+
+
+def has_signal(returns: np.ndarray) -> bool:
+    """Whether a group's returns differ: a group whose rollouts all returned the same has every
+    advantage 0 (flat or normalised alike) and teaches nothing."""
+    return bool(np.ptp(returns) > 0)
+
+
+def group_returns(cfg: TrainConfig, episodes: list[Episode]) -> np.ndarray:
+    """A group's returns: its scores, less the latency penalty where one is set."""
+    return penalised_returns(
+        np.array([e.score for e in episodes]),
+        np.array([e.duration for e in episodes]),
+        episodes[0].config.time_limit,
+        cfg.latency_penalty,
+    )
 
 
 def individual_advantages(
@@ -214,6 +231,7 @@ def step_samples(
     credits: list[list[dict[int, float]]] | None = None,
     turn_credit: list[list[dict[int, float]]] | None = None,
     baselines: Baselines | None = None,
+    ids: Sequence[int] | None = None,
 ) -> tuple[list[Sample], dict[str, Any], list[bool]]:
     """Turn a step's groups into token samples with their advantages, plus metrics.
 
@@ -226,22 +244,16 @@ def step_samples(
     Useful work is reported relative to this step's own average rollout (the average over all
     its groups, every team size alike), as the reference work measures it. Returns (samples,
     metrics, whether each episode was used: False for one dropped as stale), episodes in group
-    and member order."""
+    and member order. ``ids`` are the groups' indices (a step's consecutive draws unless dynamic
+    sampling replaced some)."""
     samples: list[Sample] = []
     staleness: list[int] = []  # each episode's, in group and member order
     if cfg.advantage == "individual" and credits is None:
         credits = group_credits(groups)
-    first = step * cfg.groups_per_step
-    worlds = [world_of(cfg, first + g).label for g in range(len(groups))]
-    returns = [
-        penalised_returns(
-            np.array([e.score for e in episodes]),
-            np.array([e.duration for e in episodes]),
-            episodes[0].config.time_limit,
-            cfg.latency_penalty,
-        )
-        for episodes in groups
-    ]
+    if ids is None:
+        ids = range(step * draws_per_step(cfg), step * draws_per_step(cfg) + len(groups))
+    worlds = [world_of(cfg, g).label for g in ids]
+    returns = [group_returns(cfg, episodes) for episodes in groups]
     spread = {  # world_normalise: each world's spread of returns this step
         w: float(np.concatenate([r for r, x in zip(returns, worlds, strict=True) if x == w]).std())
         for w in set(worlds)
@@ -281,12 +293,13 @@ def step_samples(
                 )
     everything = range(len(groups))
     each = [signs(e) for episodes in groups for e in episodes]  # (read once, for every table)
-    metrics = step_metrics(cfg, step, groups, returns, staleness, each, everything)
+    metrics = step_metrics(cfg, ids, groups, returns, staleness, each, everything)
+    metrics["signal_groups"] = sum(1 for r in returns if has_signal(r))
     if cfg.worlds:
         per_world = {
             w.label: step_metrics(
                 cfg,
-                step,
+                ids,
                 groups,
                 returns,
                 staleness,
@@ -311,7 +324,7 @@ def step_samples(
 
 def step_metrics(
     cfg: TrainConfig,
-    step: int,
+    ids: Sequence[int],
     groups: list[list[Episode]],
     returns: list[np.ndarray],
     staleness: list[int],
@@ -320,8 +333,7 @@ def step_metrics(
 ) -> dict[str, Any]:
     """The metrics of a step's groups ``which`` (all of them, or one world's): ``returns`` are
     every group's, ``staleness`` and ``each`` (its signs) every episode's, in group and member
-    order."""
-    first = step * cfg.groups_per_step
+    order; ``ids`` every group's index."""
     G = cfg.group_size
     flat = [groups[g][i] for g in which for i in range(len(groups[g]))]
     returns_all = np.concatenate([returns[g] for g in which])
@@ -330,7 +342,7 @@ def step_metrics(
     by_bucket: dict[str, list[float]] = {}
     teams: dict[str, list[Signs]] = {}
     for g in which:
-        team = bucket(team_size(cfg, first + g))
+        team = bucket(team_size(cfg, ids[g]))
         by_bucket.setdefault(team, []).extend(e.stats.world_tokens for e in groups[g])
         teams.setdefault(team, []).extend(each[g * G + i] for i in range(len(groups[g])))
     useful = [e.stats.world_tokens for e in flat]
@@ -644,12 +656,17 @@ def _train(
         dynamic_ncols=True,
     )
     done: list[StepMetrics] = []
+    quiet = _NoSignal(enabled=progress)
+
+    def signal(episodes: list[Episode]) -> bool:
+        return has_signal(group_returns(cfg, episodes))
 
     async def loop() -> None:
         t_start = time.perf_counter() - state.elapsed
         async with rollouts.running():
             for step in range(state.step, cfg.steps):
-                groups = await rollouts.groups(step)
+                drawn = await rollouts.groups(step, signal if cfg.resample else None)
+                groups = drawn.groups
                 credits = turn_credit = None
                 fork_rollouts = 0
                 if cfg.advantage == "individual":  # counterfactual re-runs, off the event loop
@@ -658,7 +675,13 @@ def _train(
                     turn_credit, fork_rollouts = await trio.to_thread.run_sync(
                         step_turn_credit, cfg, step, groups, backend, model, serving_weights
                     )
-                samples, m, used = step_samples(cfg, step, groups, credits, turn_credit, baselines)
+                samples, m, used = step_samples(
+                    cfg, step, groups, credits, turn_credit, baselines, drawn.ids
+                )
+                m["flat_dropped"] = len(drawn.flat)
+                m["resampled_groups"] = len(drawn.flat) + sum(
+                    1 for g in drawn.ids if g % draws_per_step(cfg) >= cfg.groups_per_step
+                )
                 if commons is not None:  # credit re-runs (off the event loop), then the merge
                     extra, commons_metrics = await trio.to_thread.run_sync(
                         step_commons,
@@ -690,7 +713,8 @@ def _train(
                     **m,
                     **stats,
                 )
-                ledger = Ledger.of_step(step, cfg.groups_per_step, cfg.group_size, used)
+                ledger = Ledger.of_step(step, drawn.ids, cfg.group_size, used, drawn.flat)
+                quiet.see(metrics)
                 state.step = step + 1
                 state.elapsed = time.perf_counter() - t_start
                 run.commit(
@@ -730,12 +754,47 @@ def _train(
         raise
     finally:
         bar.close()
+        quiet.close()
         rollouts.close()
     if logger is not None:  # (TensorBoard was flushed at every step; W&B also finishes at exit)
         logger.close()
     if cfg.plots:
         _plot(run.path)
     return done
+
+
+class _NoSignal:
+    """Says, in one line each, when training stops learning because no group carries signal
+    (every rollout of every group returned the same: a policy that always fails, or always
+    succeeds alike), and how many steps in a row that lasted, with the share of the actions
+    the world refused beside it (a policy whose actions are mostly refused is the usual cause).
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.run: list[StepMetrics] = []
+
+    def see(self, m: StepMetrics) -> None:
+        if m.signal_groups == 0:
+            if not self.run and self.enabled:
+                print(
+                    f"note: step {m.step} learned nothing: no group carries signal (each group's "
+                    f"rollouts all returned {m.return_mean:.3g}); {m.refused_share:.0%} of the "
+                    "work begun was refused",
+                    file=sys.stderr,
+                )
+            self.run.append(m)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        if len(self.run) > 1 and self.enabled:
+            print(
+                f"note: steps {self.run[0].step}-{self.run[-1].step} ({len(self.run)} in a row) "
+                "had no group with signal: no weight changed in them",
+                file=sys.stderr,
+            )
+        self.run = []
 
 
 def _is_interrupt(e: BaseException) -> bool:
