@@ -37,6 +37,7 @@ from collective.records import Episode, load_episode
 from collective.rl.backend import make_backend
 from collective.rl.config import TrainConfig, mix
 from collective.rl.learner import Sample
+from collective.rl.train import check_init
 
 
 class SFTConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -193,8 +194,13 @@ def sft(
         if not state_path.is_file():
             raise ValueError(f"sft --resume {out}: no imitation run to resume (no sft-state.pt)")
         recorded = json.loads((out / "sft.json").read_text())
-        if recorded["sft"] != msgspec.to_builtins(cfg):
-            raise ValueError(f"sft --resume {out}: the settings differ from the run's (sft.json)")
+        now = msgspec.to_builtins(cfg)
+        if {**recorded["sft"], "epochs": cfg.epochs} != now:  # (only the epochs may grow)
+            changed = sorted(k for k in now if recorded["sft"].get(k) != now[k] and k != "epochs")
+            raise ValueError(
+                f"sft --resume {out}: {', '.join(changed)} differ from the run's (sft.json); "
+                "a resumed imitation may only be given more epochs"
+            )
     else:
         check_dir(out, "sft --out")
         if out.exists() and any(out.iterdir()):
@@ -208,6 +214,7 @@ def sft(
     torch.set_num_threads(1)
     backend = make_backend(train_cfg, out)
     model = backend.load(train_cfg.init) if train_cfg.init else backend.fresh()
+    check_init(train_cfg, model)  # a checkpoint of another shape than the config says: refused
     kwargs = backend.logprob_kwargs()
     trained_idx, held_idx = split(len(episodes), cfg.holdout, cfg.seed)
     train_set = samples_of([episodes[i] for i in trained_idx], model)
@@ -254,8 +261,8 @@ def sft(
                 (total / n).backward()
                 torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.max_grad_norm)
                 optimiser.step()
-                loss_sum, tokens = loss_sum + float(total), tokens + n
-                bar.set_postfix(epoch=epoch, nll=f"{float(total) / n:.3f}")
+                loss_sum, tokens = loss_sum + float(total.detach()), tokens + n
+                bar.set_postfix(epoch=epoch, nll=f"{float(total.detach()) / n:.3f}")
                 bar.update(1)
             held = heldout_loss(model, held_set, kwargs, cfg.batch)
             epochs.append(

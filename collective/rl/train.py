@@ -506,7 +506,7 @@ def _policies_of(org: str) -> set[str]:
     return {o.policy_of(r) for r in o.roles()}
 
 
-def _check_init(cfg: TrainConfig, model: Any) -> None:
+def check_init(cfg: TrainConfig, model: Any) -> None:
     """A run that starts from a checkpoint has the checkpoint's shape; its config must say so
     (``load_config`` fills [model] from the checkpoint where the config leaves it out)."""
     have = getattr(model, "config", None)
@@ -591,7 +591,7 @@ def _train(
             f"the model ({cfg.model if cfg.backend == 'tiny' else cfg.hf_model}) needs more "
             "memory than half of what this machine has available (the other half is the run's)"
         ) from None
-    _check_init(cfg, model)
+    check_init(cfg, model)
     # The orchestrator's sub-agents answer with the weights training starts from, for good.
     frozen = backend.frozen(model) if "frozen" in _policies_of(cfg.org) else None
     learner: Learner | RoleLearner
@@ -656,7 +656,7 @@ def _train(
         dynamic_ncols=True,
     )
     done: list[StepMetrics] = []
-    quiet = _NoSignal(enabled=progress)
+    quiet = _NoSignal()
 
     def signal(episodes: list[Episode]) -> bool:
         return has_signal(group_returns(cfg, episodes))
@@ -770,13 +770,12 @@ class _NoSignal:
     the world refused beside it (a policy whose actions are mostly refused is the usual cause).
     """
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self.run: list[StepMetrics] = []
 
     def see(self, m: StepMetrics) -> None:
         if m.signal_groups == 0:
-            if not self.run and self.enabled:
+            if not self.run:
                 print(
                     f"note: step {m.step} learned nothing: no group carries signal (each group's "
                     f"rollouts all returned {m.return_mean:.3g}); {m.refused_share:.0%} of the "
@@ -788,7 +787,7 @@ class _NoSignal:
             self.close()
 
     def close(self) -> None:
-        if len(self.run) > 1 and self.enabled:
+        if len(self.run) > 1:
             print(
                 f"note: steps {self.run[0].step}-{self.run[-1].step} ({len(self.run)} in a row) "
                 "had no group with signal: no weight changed in them",

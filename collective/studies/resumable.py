@@ -54,6 +54,12 @@ def train_digest(cfg: TrainConfig) -> str:
         fields = {k: v for k, v in fields.items() if k not in TURN_ONLY}
     if not cfg.worlds:
         fields = {k: v for k, v in fields.items() if k not in (*MIX_ONLY, "worlds")}
+    if cfg.resample == 0:
+        fields.pop("resample")
+    if cfg.kl_coef == 0 or cfg.kl_estimator == "k3":
+        fields.pop("kl_estimator")
+    if cfg.init:  # the starting weights by their bytes, wherever the checkout puts them
+        fields["init"] = file_digest(Path(cfg.init))
     return digest("train", fields)
 
 

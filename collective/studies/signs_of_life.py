@@ -152,6 +152,14 @@ PENALTY = 0.5  # the latency-penalty variant's beta (R = R_task - beta * pbar * 
 # A context of 256 bytes holds the inbox in every prompt measured (128: about one in twenty;
 # the workshop docstring's table). Recorded in every checkpoint: older ones load with 128.
 MODEL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=256)
+# The fourth edition's training set-up (issue 43): every run starts from the pre-registered
+# prior (collective/studies/prior.py; bench/results/prior/README.md) unless its variant says
+# "scratch", at the learning rate bench/lr_sweep.py chose (bench/results/lr_sweep/README.md),
+# in groups of 4 so that most groups carry signal, with dynamic sampling replacing the rest.
+PRIOR = Path("bench/results/prior/prior/latest.pt")  # from the checkout's root (main: there)
+LEARNING_RATE = 3e-4
+GROUPS, GROUP_SIZE, RESAMPLE = 4, 4, 4
+STEPS = 100
 SCRIPTS = tuple(workshop_scripts())  # oracle, hire_everyone, never_pass_keys, no_communication
 #: Scripted controls that lack a skill a finding is about: a "yes" one of them also gets is
 #: built into the world, not learned. The oracle is hand-written skill: where it shows a finding
@@ -183,24 +191,26 @@ def checkpoint_of(run: Path, kind: str) -> Path | None:
     return None
 
 
-def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
+def base_config(quick: bool, steps: int | None = None, prior: Path = PRIOR) -> dict[str, Any]:
     """The main run: the FINDINGS workshop, a flat team of 1, 2, 3, 4 or 8 from the start (so
     the collective never contains the solo it is compared with, as a CEO who starts alone
-    would), tokens that cost time (``tiny-paced``), a rising limit."""
+    would), tokens that cost time (``tiny-paced``), a rising limit, from the prior."""
     return dict(
         world="workshop",
         params=dict(WORLD),
         org="flat",
         team_sizes=(1, 2, 3, 4, 8),
         latency=LATENCY,
-        steps=steps or (2 if quick else 60),  # 60: the seed's scale
-        groups_per_step=5,
-        group_size=2,
+        steps=steps or (2 if quick else STEPS),
+        groups_per_step=GROUPS,
+        group_size=GROUP_SIZE,
+        resample=RESAMPLE,
+        init=str(prior),
         seed=0,
         time_limit="linear",
         time_limit_start=90.0,
         time_limit_end=EVAL_T,
-        learning_rate=1e-2,
+        learning_rate=LEARNING_RATE,
         max_output_tokens=24,
         concurrency=20,
         plots=False,
@@ -210,12 +220,15 @@ def base_config(quick: bool, steps: int | None = None) -> dict[str, Any]:
     )
 
 
-def variants(quick: bool, steps: int | None = None) -> dict[str, dict[str, Any]]:
+def variants(
+    quick: bool, steps: int | None = None, prior: Path = PRIOR
+) -> dict[str, dict[str, Any]]:
     """The main run and its ablations, each one change away from it."""
-    base = base_config(quick, steps)
+    base = base_config(quick, steps, prior)
     loose = {"time_limit": "constant", "time_limit_start": LOOSE, "time_limit_end": LOOSE}
     out = {
         "main": base,
+        "main_scratch": {**base, "init": ""},  # the untrained byte model: a second start
         "no_pressure": {**base, **loose},
         # pressure by the return instead of the limit: a loose limit, and beta > 0
         "latency_penalty": {**base, **loose, "latency_penalty": PENALTY},
@@ -228,6 +241,7 @@ def variants(quick: bool, steps: int | None = None) -> dict[str, dict[str, Any]]
 
 
 ORGS = ("ceo", "orchestrator", "islands")  # runs whose baselines need their own protocol
+OWN_START = ("main_scratch",)  # runs whose starting weights (their "untrained") are their own
 
 
 def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
@@ -351,8 +365,11 @@ def episode(
 
 
 def policies(run: Path, kind: str) -> Any:
+    """A kind's policy for ``run``: ``untrained`` is the run's starting weights (the prior, or
+    fresh ones), its step-0 baseline."""
     cfg = load_config(run / "config.toml")
-    untrained = TinyPolicy(TinyModel.fresh(cfg.model))
+    start = TinyModel.load(cfg.init) if cfg.init else TinyModel.fresh(cfg.model)
+    untrained = TinyPolicy(start)
     if kind == "random":
         return RandomPolicy()
     if kind == "untrained":
@@ -614,7 +631,13 @@ def measurements(runs: dict[str, list[Path]]) -> list[str]:
     if "no_pressure" in runs:
         jobs += [f"no_pressure|{k}|{LOOSE:g}" for k in KINDS]
     for name in runs:
-        kinds = (*KINDS, *SCRIPTS) if name == "main" else KINDS if name in ORGS else ("trained",)
+        kinds = (
+            (*KINDS, *SCRIPTS)
+            if name == "main"
+            else KINDS
+            if name in ORGS + OWN_START
+            else ("trained",)
+        )
         jobs += [f"{name}|{k}|{EVAL_T:g}" for k in kinds]
     # the held-out training curve: the main run's kept checkpoints, at the same limit
     jobs += [f"main|step{s}|{EVAL_T:g}" for s in snapshot_steps(runs["main"])]
@@ -1166,6 +1189,22 @@ def judge_findings(findings: list[dict[str, Any]]) -> None:
         )
 
 
+def starting_point(out: Path, quick: bool) -> Path:
+    """The prior every run starts from. In a checkout: the committed one, named from the
+    checkout's root (this process works there, so a run's config names it alike in every
+    checkout; a run's digest covers its bytes, not its path). Elsewhere (an installed copy):
+    one made in ``OUT/prior`` by the same recipe, a small one with ``--quick``."""
+    import os
+
+    if (_CHECKOUT / PRIOR).is_file() and (_CHECKOUT / "bench" / "signs_of_life.py").exists():
+        os.chdir(_CHECKOUT)
+        return PRIOR
+    from collective.studies.prior import SFT, make_prior
+
+    cfg = msgspec.structs.replace(SFT, epochs=1) if quick else SFT
+    return make_prior(out.absolute() / "prior", 20 if quick else 200, cfg)[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a few-minute smoke version")
@@ -1190,7 +1229,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    specs = variants(a.quick, a.steps or None)
+    specs = variants(a.quick, a.steps or None, starting_point(a.out, a.quick))
     if a.jobs < 1:
         p.error(f"--jobs must be >= 1, got {a.jobs}")
     only = set(filter(None, a.only.split(","))) or None
@@ -1225,7 +1264,13 @@ def main(argv: list[str] | None = None) -> int:
     heldout: dict[str, dict[str, dict[str, Interval]]] = {}
     raw: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for name in runs:
-        kinds = (*KINDS, *SCRIPTS) if name == "main" else KINDS if name in ORGS else ("trained",)
+        kinds = (
+            (*KINDS, *SCRIPTS)
+            if name == "main"
+            else KINDS
+            if name in ORGS + OWN_START
+            else ("trained",)
+        )
         raw[name] = {k: got[f"{name}|{k}|{EVAL_T:g}"] for k in kinds}
         heldout[name] = {
             k: {
