@@ -109,12 +109,12 @@ class StepMetrics(msgspec.Struct, kw_only=True):
     trained_tokens: float
     # Signal: the groups trained on whose returns differ (the rest have every advantage 0);
     # whether the optimiser stepped (no step, and no momentum update, without any advantage);
-    # dynamic sampling (resample > 0): reserve groups played, and groups dropped for want of
-    # signal. Defaults: lines written before these fields existed.
+    # dynamic sampling (resample > 0): reserve groups played, as many as the groups dropped for
+    # want of signal (a primary replaced, or a reserve without signal itself). Defaults: lines
+    # written before these fields existed.
     signal_groups: int = -1
     optimiser_step: bool = True
     resampled_groups: int = 0
-    flat_dropped: int = 0
     # Wall-clock figures: the only fields a re-run with the same config does not reproduce (how
     # many rollouts share a policy batch depends on when the learner frees the CPU).
     learner_tokens_per_s: float

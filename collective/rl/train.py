@@ -678,10 +678,7 @@ def _train(
                 samples, m, used = step_samples(
                     cfg, step, groups, credits, turn_credit, baselines, drawn.ids
                 )
-                m["flat_dropped"] = len(drawn.flat)
-                m["resampled_groups"] = len(drawn.flat) + sum(
-                    1 for g in drawn.ids if g % draws_per_step(cfg) >= cfg.groups_per_step
-                )
+                m["resampled_groups"] = len(drawn.flat)  # (a reserve played: one group dropped)
                 if commons is not None:  # credit re-runs (off the event loop), then the merge
                     extra, commons_metrics = await trio.to_thread.run_sync(
                         step_commons,

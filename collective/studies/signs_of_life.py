@@ -157,7 +157,7 @@ MODEL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=256)
 # "scratch", at the learning rate bench/lr_sweep.py chose (bench/results/lr_sweep/README.md),
 # in groups of 4 so that most groups carry signal, with dynamic sampling replacing the rest.
 PRIOR = Path("bench/results/prior/prior/latest.pt")  # from the checkout's root (main: there)
-LEARNING_RATE = 3e-4
+LEARNING_RATE = 1e-3
 GROUPS, GROUP_SIZE, RESAMPLE = 4, 4, 4
 STEPS = 100
 SCRIPTS = tuple(workshop_scripts())  # oracle, hire_everyone, never_pass_keys, no_communication
@@ -166,7 +166,17 @@ SCRIPTS = tuple(workshop_scripts())  # oracle, hire_everyone, never_pass_keys, n
 #: the world allows it (it is "attainable"), which is what an oracle is for.
 CONTROLS = tuple(k for k in SCRIPTS if k != "oracle")
 KINDS = ("random", "untrained", "trained")
-SEEDLESS = ("random", *SCRIPTS)  # one row each: no training seed, no weights
+SEEDLESS = ("random", *SCRIPTS)  # no training seed, no weights (still a row per seed: below)
+#: Held-out instances: training seed s is measured on its own fresh ones, world seeds
+#: BASE + SPAN * s + i (latency curves: LATENCY_BASE + ...), and every baseline (random, the
+#: scripts) on the same seed's, so each per-seed figure carries its instances' sampling noise,
+#: a t-interval over seeds covers seed and instance variation alike
+#: (tests/studies/test_intervals.py), and every contrast pairs rows drawn alike.
+BASE, LATENCY_BASE, SPAN = 90_000, 50_000, 1_000
+
+
+def heldout_base(run: Path, base: int = BASE) -> int:
+    return base + SPAN * _seed(run)
 
 
 def snapshot_steps(runs: list[Path]) -> list[int]:
@@ -215,7 +225,7 @@ def base_config(quick: bool, steps: int | None = None, prior: Path = PRIOR) -> d
         concurrency=20,
         plots=False,
         # checkpoints at steps 10, 20, ... (quick: every step): the held-out training curve
-        snapshot_every=1 if quick else 10,
+        snapshot_every=1 if quick else 25,
         model=MODEL,
     )
 
@@ -400,12 +410,15 @@ def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.
     whether the time limit ended the episode or the task was done (the rest ended idle: every
     agent waiting for a message nobody would send); ``useful_per_agent``: landed work tokens per
     agent that took part; ``taught``: keys agents learned from messages (the talk that carried
-    knowledge). Random and the scripts have one row (no seed)."""
+    knowledge). A row per training seed, on that seed's instances (``heldout_base``), for every
+    kind: random and the scripts too."""
     cfg = load_config(runs[0] / "config.toml")
-    rows = runs[:1] if kind in SEEDLESS else runs
+    if n > SPAN:
+        raise ValueError(f"signs_of_life: at most {SPAN} held-out instances a team size, not {n}")
     got: dict[str, list[np.ndarray]] = {}
-    for run in rows:
-        cfgs = [episode(cfg, t, i, limit) for t in cfg.team_sizes for i in range(n)]
+    for run in runs:
+        b = heldout_base(run)
+        cfgs = [episode(cfg, t, i, limit, base=b) for t in cfg.team_sizes for i in range(n)]
         eps = play(cfgs, run, kind)
         shape = (len(cfg.team_sizes), n)
         sg = [signs(e) for e in eps]
@@ -645,10 +658,11 @@ def measurements(runs: dict[str, list[Path]]) -> list[str]:
 
 
 def parts(job: str, runs: dict[str, list[Path]]) -> list[str]:
-    """A measurement's parts, one per training run (``JOB#SEED``); random has one (no seed)."""
-    name, kind = job.split("|")[:2]
+    """A measurement's parts, one per training run (``JOB#SEED``), random and scripts too (each
+    on that seed's instances)."""
+    name = job.split("|")[0]
     rs = runs["main" if name == "latency" else name]
-    return [f"{job}#{_seed(r)}" for r in (rs[:1] if kind in SEEDLESS else rs)]
+    return [f"{job}#{_seed(r)}" for r in rs]
 
 
 def _seed(run: Path) -> int:
@@ -715,7 +729,7 @@ def measure_all(
 # bump when what a measurement computes changes (2: episodes in config order; 3: landed work,
 # message and post tokens per agent-second; 4: re-used by digest; 5: keys taught, scripted
 # controls, a 16x horizon on a 2 s grid)
-MEASURE_VERSION = 5
+MEASURE_VERSION = 6
 
 
 def measured_file(out: Path, part: str, n: int) -> Path:
@@ -777,10 +791,11 @@ def latency_curves(runs: list[Path], kind: str, n: int, team: int) -> dict[str, 
     horizon = EVAL_T * HORIZON
     grid = np.linspace(0, horizon, 1441)  # 2 s apart
     teams, solos = [], []
-    for run in runs[:1] if kind in SEEDLESS else runs:
-        col = play([episode(cfg, team, i, EVAL_T, base=50_000) for i in range(n)], run, kind, n)
+    for run in runs:
+        b = heldout_base(run, LATENCY_BASE)
+        col = play([episode(cfg, team, i, EVAL_T, base=b) for i in range(n)], run, kind, n)
         solo = play(
-            [episode(cfg, 1, i, horizon, task=team, base=50_000) for i in range(n)], run, kind, n
+            [episode(cfg, 1, i, horizon, task=team, base=b) for i in range(n)], run, kind, n
         )
         tc, sc = [], []
         for c, s in zip(col, solo, strict=True):
@@ -1227,6 +1242,12 @@ def main(argv: list[str] | None = None) -> int:
         help="train nothing: summarise the runs already complete in --out (each variant with "
         "the seeds that finished; one with none is left out)",
     )
+    p.add_argument(
+        "--train-only",
+        action="store_true",
+        help="train (or resume) the runs and stop: measure and summarise later, e.g. with "
+        "--complete-only",
+    )
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     specs = variants(a.quick, a.steps or None, starting_point(a.out, a.quick))
@@ -1256,6 +1277,8 @@ def main(argv: list[str] | None = None) -> int:
         print("complete runs: " + ", ".join(f"{k} {len(v)}" for k, v in runs.items()), flush=True)
     else:
         runs = run_all(a.out, specs, seeds, a.jobs)
+        if a.train_only:
+            return 0
     t_train = time.perf_counter() - t0
     main_cfg = load_config(runs["main"][0] / "config.toml")
     teams = main_cfg.team_sizes
@@ -1370,7 +1393,7 @@ def main(argv: list[str] | None = None) -> int:
                 0.0,
             ),
             "trained - random": (
-                contrast(tr, seeds_of[name], raw[name]["random"][key].mean(axis=1), None),
+                contrast(tr, seeds_of[name], raw[name]["random"][key].mean(axis=1), seeds_of[name]),
                 0.0,
             ),
         }
@@ -1423,7 +1446,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "trained 5-8 / average": (seed_interval(rel["trained"]), 1.5),
                 "trained - untrained": (versus(rel["trained"], rel["untrained"], ms, ms), 0.0),
-                "trained - random": (versus(rel["trained"], rel["random"], ms, None), 0.0),
+                "trained - random": (versus(rel["trained"], rel["random"], ms, ms), 0.0),
             }
             if "5-8" in useful_h
             else {},
@@ -1461,7 +1484,7 @@ def main(argv: list[str] | None = None) -> int:
                     0.0,
                 ),
                 "trained - random": (
-                    versus(per_lat["trained"]["ratio"], per_lat["random"]["ratio"], ms, None),
+                    versus(per_lat["trained"]["ratio"], per_lat["random"]["ratio"], ms, ms),
                     0.0,
                 ),
             },
@@ -1493,7 +1516,7 @@ def main(argv: list[str] | None = None) -> int:
                     0.0,
                 ),
                 "trained - random": (
-                    versus(per_lat["trained"]["lead"], per_lat["random"]["lead"], ms, None),
+                    versus(per_lat["trained"]["lead"], per_lat["random"]["lead"], ms, ms),
                     0.0,
                 ),
             },

@@ -120,7 +120,7 @@ def test_dynamic_sampling_replaces_groups_without_signal_and_resumes_exactly(
     assert sum(m.resampled_groups for m in rows) > 0, "some group had no signal"
     for m, line in zip(rows, _ledger(tmp_path / "a"), strict=True):
         assert m.resampled_groups <= cfg.resample
-        assert m.flat_dropped * cfg.group_size == len(line["flat"])
+        assert m.resampled_groups * cfg.group_size == len(line["flat"])
         # every group trained on has signal, unless the reserves ran out first
         assert m.signal_groups == cfg.groups_per_step or m.resampled_groups == cfg.resample
         for name in line["flat"]:

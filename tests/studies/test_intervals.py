@@ -436,3 +436,42 @@ def test_interval_text_says_what_a_summary_row_holds() -> None:
     assert interval_text({"mean": 0.1, "lo": -0.2, "hi": 0.3}) == "+0.100 [-0.200, +0.300]"
     one = interval_text({"mean": 0.1, "lo": None, "hi": None}, ".3f", " (one seed)")
     assert one == "0.100 (one seed)"
+
+
+def _instances_design(
+    rng: np.random.Generator, reps: int, seeds: int, n: int, fresh: bool
+) -> np.ndarray:
+    """Figures with instance variation: each instance has its own difficulty (sd 1, shared by
+    every policy and seed that plays it), each seed its own effect (sd 0.5), each play its own
+    noise (sd 0.5). ``fresh``: every seed plays instances of its own; else one set for all."""
+    inst = rng.normal(0, 1.0, (reps, seeds if fresh else 1, n))
+    return inst + rng.normal(0, 0.5, (reps, seeds, 1)) + rng.normal(0, 0.5, (reps, seeds, n))
+
+
+def test_fresh_instances_per_seed_make_the_interval_over_seeds_cover_instance_variation() -> None:
+    # The third edition's design (one fixed set of instances for every seed) leaves the
+    # instances' own variation out of a t-interval over seeds: it covers the mean over the
+    # population of instances far less than 95%. Fresh instances per training seed put it in.
+    rng = np.random.default_rng(43)
+    seeds, n, reps = 6, 8, 2000
+    for fresh, lo, hi in ((True, 0.93, 0.97), (False, 0.0, 0.80)):
+        y = _instances_design(rng, reps, seeds, n, fresh).mean(axis=2)
+        half = t_quantile(0.975, seeds - 1) * y.std(axis=1, ddof=1) / math.sqrt(seeds)
+        covered = float((np.abs(y.mean(axis=1)) <= half).mean())
+        assert lo <= covered <= hi, (fresh, covered)
+
+
+def test_a_paired_contrast_on_fresh_instances_covers_with_the_baselines_own_noise() -> None:
+    # A baseline (random, a script) played on each seed's own instances, with its own noise,
+    # paired by (seed, instance): the contrast's t-interval covers the true difference (0.3).
+    rng = np.random.default_rng(44)
+    seeds, n, reps = 8, 32, 1000
+    inst = rng.normal(0, 1.0, (reps, seeds, n))
+    trained = 0.3 + inst + rng.normal(0, 0.4, (reps, seeds, 1)) + rng.normal(0, 0.5, inst.shape)
+    base = inst + rng.normal(0, 0.5, inst.shape)
+    covered = 0
+    for k in range(reps):
+        iv = paired_contrast(trained[k], base[k])
+        assert iv.lo is not None and iv.hi is not None
+        covered += iv.lo <= 0.3 <= iv.hi
+    assert 0.93 <= covered / reps <= 0.97, covered / reps
