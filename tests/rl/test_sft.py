@@ -16,6 +16,7 @@ from collective.rl.train import read_metrics, train
 from policy.scripted import PriorScript, ScriptedPolicy
 from policy.tiny import TinyModel
 from tests.support.busy import scaled
+from tests.support.hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 from worlds.workshop import FINDINGS
 
 CONFIG = """
@@ -183,3 +184,38 @@ def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path: Path) -> Non
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
         assert not (tmp_path / "out").exists(), "nothing written"
+
+
+@pytest.mark.heavy
+def test_an_hf_model_imitates_byte_level_episodes_with_lora_and_train_starts_from_it(
+    tmp_path: Path,
+    tiny_lm: Path,  # noqa: F811
+) -> None:
+    """The hf path: a LoRA imitation of a script's (byte-level) episodes, re-tokenized by the
+    model's own tokenizer; its held-out loss falls, and ``hf_model = OUT/latest`` trains."""
+    _episodes(tmp_path / "eps", n=4)
+    hf = CONFIG.split("[model]")[0] + f'backend = "hf"\nhf_model = "{tiny_lm}"\nlora_rank = 4\n'
+    (tmp_path / "hf.toml").write_text(hf)
+    done = _sft(
+        tmp_path / "eps",
+        "--out",
+        "out",
+        "--config",
+        "hf.toml",
+        "--epochs",
+        "2",
+        "--holdout",
+        "0.25",
+        "--lr",
+        "3e-3",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    held = [json.loads(x)["heldout_loss"] for x in (tmp_path / "out" / "epochs.jsonl").open()]
+    assert len(held) == 2 and held[1] < held[0], held
+    assert (tmp_path / "out" / "latest" / "model.safetensors").is_file()
+    from collective.rl.config import load_config
+
+    cfg = load_config(tmp_path / "hf.toml", [f'hf_model="{tmp_path / "out" / "latest"}"'])
+    train(cfg, tmp_path / "run", progress=False)
+    assert read_metrics(tmp_path / "run")[0].ratio_mean == pytest.approx(1.0, abs=1e-4)

@@ -175,7 +175,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     specs = variants(quick=True, steps=1)
     runs = {}
     for name, variant in (("orchestrator", "orchestrator"), ("flat", "main")):
-        fields = {**specs[variant], "groups_per_step": 5, "team_sizes": (3,)}
+        fields = {**specs[variant], "groups_per_step": 5, "group_size": 2, "team_sizes": (3,)}
         runs[name] = tmp_path / name
         train(TrainConfig(**fields), runs[name], progress=False)
     orch = frozen_check([runs["orchestrator"]])
