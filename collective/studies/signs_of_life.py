@@ -105,6 +105,7 @@ from collective import (
     latency_preset,
     run_episodes,
 )
+from collective.base.args import Parser, count
 from collective.base.outputs import write_file
 from collective.records import load_episode
 from collective.records.signs import signs
@@ -1166,21 +1167,45 @@ def judge_findings(findings: list[dict[str, Any]]) -> None:
         )
 
 
+#: Training seeds and held-out instances an experiment may ask for: each seed is a training run
+#: of every variant (minutes each), each instance an episode of every cell; past these no run on
+#: any machine finishes, and a range that large would be built before the first run.
+MAX_SEEDS = 1_000
+MAX_INSTANCES = 100_000
+
+
+def check_sizes(p: Parser, a: argparse.Namespace, specs: dict[str, dict[str, Any]]) -> None:
+    """The sizes asked for, checked as totals before any work: every variant's config at every
+    seed must be a config (``--steps`` within its domain), and the seeds and instances must be
+    counts a run can hold."""
+    if a.seeds > MAX_SEEDS:
+        p.error(f"--seeds {a.seeds}: at most {MAX_SEEDS:,} (each is a training run per variant)")
+    if a.instances > MAX_INSTANCES:
+        p.error(f"--instances {a.instances}: at most {MAX_INSTANCES:,}")
+    for name, fields in specs.items():
+        try:
+            TrainConfig(**{**fields, "seed": max(0, (a.seeds or 1) - 1)})
+        except (ValueError, TypeError) as e:
+            p.error(f"variant {name}: {e}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # The command line's parser and number syntax (collective.base.args): a usage error is one
+    # line, exit 2, before any work, as in every other command.
+    p = Parser(prog="collective experiment signs-of-life", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a few-minute smoke version")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
-    p.add_argument("--seeds", type=int, default=0, help="training seeds (default 3; quick 1)")
-    p.add_argument("--steps", type=int, default=0, help="training steps (default 60; quick 2)")
+    p.add_argument("--seeds", type=count, default=0, help="training seeds (default 3; quick 1)")
+    p.add_argument("--steps", type=count, default=0, help="training steps (default 60; quick 2)")
     p.add_argument(
         "--instances",
-        type=int,
+        type=count,
         default=0,
         help="held-out instances (default 16 per team size: the issue asks 16-32)",
     )
     p.add_argument(
-        "--jobs", type=int, default=2, help="training runs at once (default 2: the two cores)"
+        "--jobs", type=count, default=2, help="training runs at once (default 2: the two cores)"
     )
     p.add_argument(
         "--complete-only",
@@ -1199,6 +1224,7 @@ def main(argv: list[str] | None = None) -> int:
     if only is not None and "main" not in only:
         p.error("--only must include main: every finding compares against the main run")
     specs = {k: v for k, v in specs.items() if only is None or k in only}
+    check_sizes(p, a, specs)
     seeds = list(range(a.seeds or (1 if a.quick else 3)))
     n = a.instances or (2 if a.quick else 16)
     a.out.mkdir(parents=True, exist_ok=True)
