@@ -34,6 +34,7 @@ from collective.engine.conductor import run_episodes
 from collective.records import EpisodeConfig
 from collective.rl.config import TrainConfig, mix, time_limit_at
 from collective.rl.rollouts import episode_config
+from collective.rl.rundir import read_run_file
 from policy.uniform import RandomPolicy
 
 __all__ = ["Baselines", "baseline_configs", "measure_baselines"]
@@ -74,10 +75,11 @@ class Baselines(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     @classmethod
     def load(cls, run: Path) -> Baselines | None:
         path = run / "baselines.json"
-        if not path.exists():
+        data = read_run_file(path)  # (a FIFO there is refused, never waited on)
+        if data is None:
             return None
         try:
-            return msgspec.json.decode(path.read_bytes(), type=cls)
+            return msgspec.json.decode(data, type=cls)
         except msgspec.DecodeError as e:
             raise ValueError(
                 f"{path}: not a baselines record ({e}); delete it to measure again"

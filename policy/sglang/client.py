@@ -122,7 +122,7 @@ import structlog
 import trio
 
 from collective.base.actions import ActionSpace
-from policy.base import PolicyError, PolicyRequest, PolicyResponse
+from policy.base import PolicyError, PolicyRequest, PolicyResponse, PolicyUnavailable
 from policy.constraint import action_ebnf, action_regex
 from policy.hf.prompt import load_tokenizer, prompt_ids
 from policy.sglang.server import HEALTH_POLL, SGLangServer, free_port
@@ -225,7 +225,7 @@ def _is_local(url: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
 
 
-class _Lost(PolicyError):
+class _Lost(PolicyUnavailable):
     """A server that stayed unreachable through every retry."""
 
 
@@ -1014,7 +1014,7 @@ class SGLangPolicy:
             except _Unreachable as e:
                 unreachable += 1
                 if unreachable >= self.attempts:
-                    raise PolicyError(
+                    raise PolicyUnavailable(
                         f"SGLang server {url} cannot be reached ({e}); is it running there?"
                     ) from None
                 why = str(e)
@@ -1095,7 +1095,9 @@ class SGLangPolicy:
         source = self._tokenizer_source
         if source is None:
             if not self.live_servers:
-                raise PolicyError(f"{self.name}: every server is lost; none can name the model")
+                raise PolicyUnavailable(
+                    f"{self.name}: every server is lost; none can name the model"
+                )
             url = self.live_servers[0]
             info = await self._model_info(client, url, "the model's tokenizer")
             source = info.get("tokenizer_path") or info.get("model_path")
