@@ -27,6 +27,7 @@ import pytest
 from collective import EpisodeConfig, load_episode, run_episode, save_episode
 from collective.cli import main
 from collective.records import encode_episode, episode_file_bytes, episode_parts
+from collective.rl.make_model import make_tiny_lm
 from collective.rl.rundir import RunDir
 from collective.rl.train import load_config, read_metrics, train
 from policy.tiny import TinyConfig, TinyModel
@@ -671,6 +672,46 @@ CASES: list[tuple[str, list[str], int, str]] = [
         (f"number {flag} {text!r}", [*cmd, flag, text], 2, frag)
         for cmd, flag, text, frag in NUMBERS
     ],
+    # -- errors from other libraries, as one line ---------------------------------------------
+    ("hf:DIR weights torn", ["run", "tally", "--policy", "hf:{model_torn}"], 2, "SafetensorError"),
+    (
+        "hf:DIR weights garbage",
+        ["run", "tally", "--policy", "hf:{model_junk}"],
+        2,
+        "cannot be read",
+    ),
+    (
+        "hf_model weights torn",
+        [*TRAIN, "--set", 'backend="hf"', "--set", "hf_model={model_torn}"],
+        2,
+        "its weights cannot be read (truncated or corrupt?): SafetensorError",
+    ),
+    # -- limits as totals and combinations -----------------------------------------------------
+    ("weights sum to inf", ["train", "{mix_inf}", "--out", "{newrun}"], 2, "weights sum to inf"),
+    (
+        "world beside [[worlds]], at its default",
+        ["train", "{mix_world}", "--out", "{newrun}"],
+        2,
+        "[[worlds]] replaces world (each world has its own)",
+    ),
+    (
+        "--set world beside [[worlds]]",
+        ["train", "{mix_ok}", "--out", "{newrun}", "--set", "world=workshop"],
+        2,
+        "[[worlds]] replaces world",
+    ),
+    (
+        "fork budget 10^9",
+        [*TRAIN, "--set", "advantage=turn", "--set", "fork_samples=1000000000"],
+        2,
+        "2 x 1,000,000,000 = 2,000,000,000 forks a rollout (12,000,000,000 fork episodes a step",
+    ),
+    (
+        "fork budget 1001",
+        [*TRAIN, "--set", "advantage=turn", "--set", "fork_turns=1001", "--set", "fork_samples=1"],
+        2,
+        "at most 1,000 forks a rollout",
+    ),
     # -- plot ----------------------------------------------------------------------------------
     ("plot nothing", ["plot", "{tmp}/none"], 2, "no metrics.jsonl"),
     ("plot over its metrics", ["plot", "{run_plotlink}"], 2, "is an input of this command"),
@@ -709,6 +750,24 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     p["base"].write_text("raise BaseException('no')\n")
     p["ki"] = tmp / "ki.py"
     p["ki"].write_text("raise KeyboardInterrupt\n")
+    # Mixes of worlds whose totals or combinations cannot be run.
+    mix = "steps = 1\ngroups_per_step = 2\ngroup_size = 2\nplots = false\n"
+    two = '[[worlds]]\nworld = "tally"\nname = "a"\n{}[[worlds]]\nworld = "tally"\nname = "b"\n{}'
+    for name, text in (
+        ("mix_ok", mix + two.format("", "")),
+        ("mix_world", 'world = "workshop"\n' + mix + two.format("", "")),
+        ("mix_inf", mix + two.format("weight = 1e308\n", "weight = 1e308\n")),
+    ):
+        p[name] = tmp / f"{name}.toml"
+        p[name].write_text(text)
+    # A small LM whose weights file is cut in half, and one whose weights are junk.
+    p["model_torn"] = tmp / "model_torn"
+    make_tiny_lm(p["model_torn"])
+    weights = p["model_torn"] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    p["model_junk"] = tmp / "model_junk"
+    shutil.copytree(p["model_torn"], p["model_junk"])
+    (p["model_junk"] / "model.safetensors").write_bytes(b"\x10" + b"\x00" * 7 + b"{junk" * 9)
 
     ep = run_episode(
         EpisodeConfig(world="workshop", agents=3, time_limit=120, tokenizer="bytes"),
