@@ -39,7 +39,7 @@ import torch
 import trio
 
 from collective.base.outputs import InputError, check_input, open_input, save_torch
-from collective.records import Episode, load_episode, save_episode
+from collective.records import Episode, load_episode, save_episode, sealed_digest
 from collective.rl.commons import Entry
 from collective.rl.config import (
     TrainConfig,
@@ -157,6 +157,10 @@ class Ledger(msgspec.Struct):
     step: int
     used: list[str]
     dropped: list[str]
+    # Each file's sealed digest (``records.sealed_digest``), by name: what binds the file to the
+    # episode the step learned from (a swapped or planted file has another). Empty in the lines
+    # of runs written before it existed.
+    digests: dict[str, str] = {}
 
     @classmethod
     def of_step(cls, step: int, groups: int, size: int, used: Sequence[bool]) -> Ledger:
@@ -288,6 +292,7 @@ class RunDir:
         )
         self.created = False  # whether create() has run: before it, a new run has kept nothing
         self.extended_from: int | None = None  # a resume's `--set steps=N`: the steps it had
+        self._digests: dict[str, str] | None = None  # the ledger's file bindings (kept_episode)
 
     def check(self, resume: bool) -> None:
         """A new run needs an empty (or absent) writable folder; a resumed one its config."""
@@ -515,9 +520,29 @@ class RunDir:
         return found
 
     def kept_episode(self, group: int, member: int) -> Episode | None:
-        """Episode ``member`` of group ``group``, if its file is kept (``keep_episodes``)."""
-        path = self.episodes / episode_name(group, member)
-        return load_episode(path) if path.is_file() else None
+        """Episode ``member`` of group ``group``, if its file is kept (``keep_episodes``), and
+        only if it is the file its step learned from (the digest its ledger line binds it by;
+        a file swapped or planted since is refused in one line naming it)."""
+        name = episode_name(group, member)
+        path = self.episodes / name
+        if not path.is_file():
+            return None
+        if self._digests is None:  # (the ledger's bindings, read once; commit adds to them)
+            self._digests = {}
+            for _, line in _records(
+                self.path / "ledger.jsonl",
+                read_run_file(self.path / "ledger.jsonl") or b"",
+                Ledger,
+                torn_last=True,
+            ):
+                self._digests.update(line.digests)
+        bound = self._digests.get(name)
+        if bound is not None and sealed_digest(path) != bound:
+            raise ValueError(
+                f"{path}: not the episode its step learned from (its digest is not the one "
+                f"{self.path / 'ledger.jsonl'} binds it to): put the run's own file back"
+            )
+        return load_episode(path)
 
     def save_episode(self, group: int, member: int, ep: Episode) -> None:
         save_episode(ep, self.episodes / episode_name(group, member))
@@ -562,6 +587,13 @@ class RunDir:
             f.write(msgspec.json.encode(metrics) + b"\n")
         if logger is not None:  # the same line, to TensorBoard or W&B
             logger.log(metrics.step, msgspec.to_builtins(metrics))
+        ledger.digests = {
+            n: sealed_digest(self.episodes / n)
+            for n in ledger.used + ledger.dropped
+            if (self.episodes / n).is_file()
+        }
+        if self._digests is not None:
+            self._digests.update(ledger.digests)
         with (self.path / "ledger.jsonl").open("ab") as f:
             f.write(msgspec.json.encode(ledger) + b"\n")
         snap = state.step % self.cfg.snapshot_every == 0 or state.step == self.cfg.steps

@@ -21,13 +21,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective.base import args as numbers
 from collective.cli import build_parser, main
-from collective.rl.rundir import episode_key
+from collective.records import sealed_digest
+from collective.rl.rundir import Ledger, RunDir, episode_key
 from collective.rl.train import load_config, train
 from tests.support.training import SMALL_TOML, comparable_metrics
 
@@ -179,6 +181,27 @@ def test_a_damaged_run_directory_is_refused_naming_the_file_or_resumes_exactly(
             assert _tree(run) == before, f"{what}: a refused resume changed the run directory"
 
     check()
+
+
+def test_the_ledger_binds_each_episode_file_and_a_swapped_one_is_refused(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Every file a step used or dropped is named in its ledger line with the digest it is
+    sealed with; a later reader of a learned-from file (a commons' credit reads its maker's
+    turn back) gets it only while it is that file."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["whole"], run)
+    lines = [msgspec.json.decode(ln, type=Ledger) for ln in (run / "ledger.jsonl").open("rb")]
+    for line in lines:
+        assert sorted(line.digests) == sorted(line.used + line.dropped)
+        for name, digest in line.digests.items():
+            assert sealed_digest(run / "episodes" / name) == digest
+    reader = RunDir(run, load_config(run / "config.toml"))
+    assert reader.kept_episode(0, 1) is not None
+    a, b = run / "episodes" / "g000000-r01.msgpack", run / "episodes" / "g000000-r02.msgpack"
+    a.write_bytes(b.read_bytes())  # (sealed, whole: only the ledger can tell)
+    with pytest.raises(ValueError, match=r"g000000-r01.msgpack: not the episode its step learned"):
+        RunDir(run, load_config(run / "config.toml")).kept_episode(0, 1)
 
 
 # -- numbers in every syntax against every numeric flag ----------------------------------------
