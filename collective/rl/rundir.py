@@ -315,11 +315,9 @@ class RunDir:
         without end. Checked before anything is opened, the lock included."""
         names = [self.path / n for n in RUN_FILES]
         for folder in (self.checkpoints, self.episodes, self.path / "failed"):
-            if folder.is_dir():
-                names += sorted(folder.iterdir())
+            if folder.is_dir():  # (checkpoints/ holds the hf backend's model folders too)
+                names += sorted(p for p in folder.rglob("*") if not p.is_dir())
         for path in names:
-            if path.parent != self.path and path.is_dir():
-                continue  # (a folder inside checkpoints/: the hf backend's snapshots)
             check_input(path, "run directory")
 
     @contextmanager

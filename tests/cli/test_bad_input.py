@@ -48,6 +48,7 @@ BIG = str(2**64)
 TRAIN = ["train", "{small}", "--out", "{newrun}", "--quiet"]
 STUDY = ["--policies", "random", "--out", "{tmp}/study", "--quiet"]
 HF_SERVER_BAD = 'hf_server="sglang:http://[::1"'
+HF_SERVER_9 = 'hf_server="sglang:http://127.0.0.1:9"'
 
 # The run directory's files a resume reads or appends to, each replaced by a FIFO in a copy.
 RUN_FIFOS = {
@@ -686,6 +687,25 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "its weights cannot be read (truncated or corrupt?): SafetensorError",
     ),
+    (  # the model loads, then the server is not there: the error is the only line
+        "hf_model loads, its server is not there",
+        [*TRAIN, "--set", 'backend="hf"', "--set", "hf_model={model_ok}", "--set", HF_SERVER_9],
+        2,
+        "SGLang server http://127.0.0.1:9 cannot be reached",
+    ),
+    (
+        "commons 2^70 with --out",
+        [
+            "run",
+            "library",
+            "--param",
+            'library={{"version": ' + str(2**70) + "}}",
+            "--out",
+            "{tmp}/c.msgpack",
+        ],
+        2,
+        "integers must be within -2**63..2**64-1",
+    ),
     # -- limits as totals and combinations -----------------------------------------------------
     ("weights sum to inf", ["train", "{mix_inf}", "--out", "{newrun}"], 2, "weights sum to inf"),
     (
@@ -761,8 +781,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         p[name] = tmp / f"{name}.toml"
         p[name].write_text(text)
     # A small LM whose weights file is cut in half, and one whose weights are junk.
+    p["model_ok"] = tmp / "model_ok"
+    make_tiny_lm(p["model_ok"])
     p["model_torn"] = tmp / "model_torn"
-    make_tiny_lm(p["model_torn"])
+    shutil.copytree(p["model_ok"], p["model_torn"])
     weights = p["model_torn"] / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     p["model_junk"] = tmp / "model_junk"
