@@ -61,7 +61,19 @@ def parse_list(text: str, parse: Callable[[str], T], what: str) -> tuple[T, ...]
     parts = text.split(",")
     if not text or any(p == "" for p in parts):
         raise ValueError(f"expected comma-separated {what}, got {text!r}")
-    return tuple(parse(p) for p in parts)
+    try:
+        return tuple(parse(p) for p in parts)
+    except ValueError:
+        bad = next(p for p in parts if not _reads(parse, p))
+        raise ValueError(f"expected comma-separated {what}, got {text!r}{_why_not(bad)}") from None
+
+
+def _reads(parse: Callable[[str], Any], text: str) -> bool:
+    try:
+        parse(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _flag(fn: Callable[[str], Any], name: str) -> Callable[[str], Any]:
