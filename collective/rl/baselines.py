@@ -31,6 +31,7 @@ import numpy as np
 from collective.base.outputs import write_file
 from collective.base.seeding import derive
 from collective.engine.conductor import run_episodes
+from collective.engine.limits import EPISODE_AGENT_BYTES, check_fits, human
 from collective.records import EpisodeConfig
 from collective.rl.config import TrainConfig, mix, time_limit_at
 from collective.rl.rollouts import episode_config
@@ -106,9 +107,23 @@ def baseline_configs(cfg: TrainConfig) -> dict[str, list[EpisodeConfig]]:
     return out
 
 
+def check_baselines(cfg: TrainConfig) -> None:
+    """ValueError (one line) if the baseline episodes cannot be held: each policy's are kept
+    whole until scored, ``baseline_episodes`` a world of the mix, at most its largest team
+    each; checked as a total before any config is built."""
+    teams = [max(w.team_sizes) for w in mix(cfg)]
+    kept = cfg.baseline_episodes * sum(teams)  # agents in the kept episodes, at most
+    check_fits(
+        f"baselines: {cfg.baseline_episodes * len(teams):,} episodes kept "
+        f"({cfg.baseline_episodes:,} a world)",
+        {f"their agents at {human(EPISODE_AGENT_BYTES)} each": kept * EPISODE_AGENT_BYTES},
+    )
+
+
 def measure_baselines(cfg: TrainConfig, untrained: Any) -> Baselines:
     """Play every world's baseline episodes with the random policy and with ``untrained`` (a
     policy sampling the run's version-0 weights)."""
+    check_baselines(cfg)
     configs = baseline_configs(cfg)
     flat = [c for cs in configs.values() for c in cs]
     scores = {}

@@ -164,6 +164,19 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("check limit past T", ["check", "tally", "--limits", "700"], 2, "must be in (0, T = 600]"),
     ("check time limit nan", ["check", "tally", "--time-limit", "nan"], 2, "must be finite"),
     ("check has no targets", ["check", "tally", "--targets", "2"], 2, "unrecognized arguments"),
+    (  # every episode of a check runs at once and is kept: the total, before any is built
+        "check seeds 2^70",
+        ["check", "tally", "--seeds", str(2**70)],
+        2,
+        f"check: {4 * 2**70:,} episodes at once ({2**70:,} seeds x 4 rollouts of 4 agents) need",
+    ),
+    ("check rollouts 2^70", ["check", "tally", "--rollouts", str(2**70)], 2, "rollouts of 4 age"),
+    (
+        "study seeds 2^70",
+        ["study", "scale", "", "--seeds", str(2**70), *STUDY],
+        2,
+        f"study: a cell of {2**70:,} episodes: {2**70:,} agents need at least",
+    ),
     (
         "study no agents",
         ["study", "scale", "", "--agents", "", *STUDY],
@@ -709,6 +722,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     # -- limits as totals and combinations -----------------------------------------------------
     ("weights sum to inf", ["train", "{mix_inf}", "--out", "{newrun}"], 2, "weights sum to inf"),
     (
+        "baselines 10^9 a world",
+        ["train", "{mix_big}", "--out", "{newrun}"],
+        2,
+        "baselines: 2,000,000,000 episodes kept (1,000,000,000 a world) need at least",
+    ),
+    (
         "world beside [[worlds]], at its default",
         ["train", "{mix_world}", "--out", "{newrun}"],
         2,
@@ -777,6 +796,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         ("mix_ok", mix + two.format("", "")),
         ("mix_world", 'world = "workshop"\n' + mix + two.format("", "")),
         ("mix_inf", mix + two.format("weight = 1e308\n", "weight = 1e308\n")),
+        ("mix_big", mix + "baseline_episodes = 1000000000\n" + two.format("", "")),
     ):
         p[name] = tmp / f"{name}.toml"
         p[name].write_text(text)
