@@ -124,15 +124,15 @@ def check_world(
     cls = resolve_world(world)
     # Every episode runs at once and is kept for the report: the total is checked before any
     # is built (2^70 seeds would otherwise build configs forever, never reaching a limit).
-    episodes = seeds * rollouts
+    at_once = seeds * rollouts
     each = world_footprint(cls, agents, convert_params(cls, params, world), world)
     check_fits(
-        f"check: {episodes:,} episodes at once ({seeds:,} seeds x {rollouts:,} rollouts of "
+        f"check: {at_once:,} episodes at once ({seeds:,} seeds x {rollouts:,} rollouts of "
         f"{agents:,} agents)",
         {
-            "their agents": episodes * agents * AGENT_BYTES,
-            "their worlds": episodes * each,
-            f"the episodes kept, at {human(EPISODE_AGENT_BYTES)} an agent": episodes
+            "their agents": at_once * agents * AGENT_BYTES,
+            "their worlds": at_once * each,
+            f"the episodes kept, at {human(EPISODE_AGENT_BYTES)} an agent": at_once
             * agents
             * EPISODE_AGENT_BYTES,
         },
