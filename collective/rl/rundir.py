@@ -235,6 +235,8 @@ RUN_FILES = (
     "ledger.jsonl",
     "resumes.jsonl",
     "baselines.json",
+    "wandb-run-id",
+    "config.digest",
     LOCK,
 )
 

@@ -109,7 +109,7 @@ from collective.base.args import Parser, count
 from collective.base.outputs import write_file
 from collective.records import load_episode
 from collective.records.signs import signs
-from collective.rl.rundir import snapshot_name, snapshot_step
+from collective.rl.rundir import read_run_file, snapshot_name, snapshot_step
 from collective.rl.train import TrainConfig, bucket, load_config, read_metrics
 from collective.studies.intervals import (
     Interval,
@@ -414,7 +414,7 @@ def training_episodes(run: Path) -> tuple[list[tuple[int, Episode]], dict[str, i
     only the episodes of the steps played there (episodes are not committed)."""
     out: list[tuple[int, Episode]] = []
     missing: dict[str, int] = {}
-    for line in (run / "ledger.jsonl").read_text().splitlines():
+    for line in (read_run_file(run / "ledger.jsonl") or b"").decode().splitlines():
         entry = json.loads(line)
         for f in entry["used"]:
             if (run / "episodes" / f).exists():
@@ -474,8 +474,7 @@ def training_facts(run: Path) -> dict[str, Any]:
 
 
 def _ledger_steps(run: Path) -> int:
-    ledger = run / "ledger.jsonl"
-    return len(ledger.read_text().splitlines()) if ledger.exists() else 0
+    return len((read_run_file(run / "ledger.jsonl") or b"").splitlines())
 
 
 def limit_share(runs: list[Path]) -> dict[str, Any]:

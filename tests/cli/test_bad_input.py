@@ -57,6 +57,8 @@ RUN_FIFOS = {
     "ledger.jsonl": "ledger",
     "resumes.jsonl": "resumes",
     "baselines.json": "baselines",
+    "wandb-run-id": "wandb",
+    "config.digest": "digest",
     "lock": "lock",
     "checkpoints/train-state.pt": "state",
     "episodes/g000000-r00.msgpack": "episode",

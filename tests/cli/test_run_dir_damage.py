@@ -38,7 +38,15 @@ from tests.support.training import SMALL_TOML, comparable_metrics
 #: The files a damaged copy may have cut: every record a resume reads.
 CUTTABLE = ("metrics.jsonl", "ledger.jsonl", "config.json", "checkpoints/train-state.pt")
 #: And those that may be replaced by a FIFO (present or not in the run).
-FIFO_AT = (*CUTTABLE, "resumes.jsonl", "baselines.json", "lock", "config.toml")
+FIFO_AT = (
+    *CUTTABLE,
+    "resumes.jsonl",
+    "baselines.json",
+    "wandb-run-id",
+    "config.digest",
+    "lock",
+    "config.toml",
+)
 
 
 @pytest.fixture(scope="module")
