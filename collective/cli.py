@@ -8,11 +8,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import msgspec
 
 from collective.base import log as logsetup
+from collective.base.args import Parser, count, param_value, real, reals, wholes
+from collective.base.args import whole as integer
 from collective.base.outputs import check_dir, check_file, printable, writing_dir
 from collective.records import (
     Asked,
@@ -64,9 +66,9 @@ def _param(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
+        return key, param_value(key, value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _inputs(a: argparse.Namespace, *outputs: str) -> list[str]:
@@ -443,7 +445,7 @@ def cmd_train(a: argparse.Namespace) -> int:
         if others:  # a run keeps its config; it may only be extended
             raise ValueError(f"--resume takes only --set steps=N (to extend the run), not {others}")
         run_dir = Path(a.resume)
-        if not (run_dir / "config.toml").is_file():
+        if not (run_dir / "config.toml").exists():  # (a FIFO there: refused as it is read)
             raise ValueError(f"--resume {run_dir}: no run to resume (no config.toml)")
         cfg = load_config(run_dir / "config.toml", a.set)
     else:
@@ -555,26 +557,6 @@ def cmd_make_model(a: argparse.Namespace) -> int:
 # -- studies and experiments ------------------------------------------------------------------
 
 
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return n
-
-
-def _numbers(text: str, kind: type = int) -> tuple:
-    try:
-        numbers = tuple(kind(x) for x in text.split(",") if x)
-    except ValueError:
-        numbers = ()
-    if not numbers:  # (an empty list is not "the default")
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-    return numbers
-
-
 @command
 def cmd_study(a: argparse.Namespace) -> int:
     from collective.rl.config import ClusterConfig
@@ -633,33 +615,26 @@ def cmd_experiment(a: argparse.Namespace) -> int:
 # -- the parser --------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line, like every other error of the command line."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="collective", description=__doc__)
+    p = Parser(prog="collective", description=__doc__)
     p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run one episode")
     r.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
-    r.add_argument("--agents", type=int, default=3)
-    r.add_argument("--seed", type=int, default=0, help="world seed (and sampling seed)")
-    r.add_argument("--sample-seed", type=int, default=None, help="sampling seed, if different")
-    r.add_argument("--time-limit", type=float, default=600.0, help="T_max, simulated seconds")
+    r.add_argument("--agents", type=integer, default=3)
+    r.add_argument("--seed", type=integer, default=0, help="world seed (and sampling seed)")
+    r.add_argument("--sample-seed", type=integer, default=None, help="sampling seed, if different")
+    r.add_argument("--time-limit", type=real, default=600.0, help="T_max, simulated seconds")
     r.add_argument("--policy", default="random")
     r.add_argument("--org", default="flat")
-    r.add_argument("--budget", type=int, default=0, help="how many agents may be hired")
+    r.add_argument("--budget", type=integer, default=0, help="how many agents may be hired")
     r.add_argument("--clock", choices=["virtual", "hybrid", "real"], default="virtual")
     r.add_argument("--latency", default="h200-8b", help="latency preset")
     _add_param(r)
     r.add_argument(
         "--max-events",
-        type=int,
+        type=integer,
         default=EpisodeConfig().max_events,
         help="stop the episode after this many events (default %(default)s; reported when reached)",
     )
@@ -670,28 +645,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
     _add_param(c)
-    c.add_argument("--agents", type=int, default=4, help="team size")
-    c.add_argument("--seeds", type=int, default=3, help="world seeds (task instances)")
-    c.add_argument("--rollouts", type=int, default=4, help="random-team rollouts per world seed")
-    c.add_argument("--time-limit", type=float, default=600.0, help="T_max: give your training's")
+    c.add_argument("--agents", type=integer, default=4, help="team size")
+    c.add_argument("--seeds", type=integer, default=3, help="world seeds (task instances)")
+    c.add_argument(
+        "--rollouts", type=integer, default=4, help="random-team rollouts per world seed"
+    )
+    c.add_argument("--time-limit", type=real, default=600.0, help="T_max: give your training's")
     c.add_argument("--latency", default="tiny", help="latency preset (training's default: tiny)")
     c.add_argument(
         "--limits",
-        type=lambda t: _numbers(t, float),
+        type=reals,
         default=None,
         help="read the score at these times (default: T/4, T/2, T)",
     )
 
     rp = sub.add_parser("replay", help="replay an episode and check it is identical; or fork it")
     rp.add_argument("episode")
-    rp.add_argument("--until", type=float, default=None, help="fork: replay up to this time")
+    rp.add_argument("--until", type=real, default=None, help="fork: replay up to this time")
     rp.add_argument(
         "--policy",
         default=None,
         help="recompute the answers with this policy and compare them too; with --until, the "
         "policy after that time",
     )
-    rp.add_argument("--seed", type=int, default=None, help="fork: new sampling seed")
+    rp.add_argument("--seed", type=integer, default=None, help="fork: new sampling seed")
     rp.add_argument("--out", help="fork: write the forked episode here")
     rp.add_argument(
         "--world",
@@ -707,10 +684,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="print an episode's timeline")
     s.add_argument("episode")
-    s.add_argument("--agent", type=int, default=None, help="only this agent's events")
+    s.add_argument("--agent", type=integer, default=None, help="only this agent's events")
     s.add_argument("--all", action="store_true", help="also thinking starts and deliveries")
     s.add_argument(
-        "--limit", type=_count, default=0, help="at most this many lines (0: all of them)"
+        "--limit", type=count, default=0, help="at most this many lines (0: all of them)"
     )
     s.add_argument("--png", metavar="PATH", help="draw the swimlane picture here instead")
     s.add_argument(
@@ -741,13 +718,13 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--out", required=True, help="the folder to write (checkpoint, sft.json)")
     sf.add_argument("--config", help="a train config naming the model (default: the tiny one)")
     sf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    sf.add_argument("--epochs", type=int, default=None)
-    sf.add_argument("--lr", type=float, default=None)
-    sf.add_argument("--batch", type=int, default=None, help="turns a step")
-    sf.add_argument("--holdout", type=float, default=None)
-    sf.add_argument("--seed", type=int, default=None)
-    sf.add_argument("--min-score", type=float, default=None)
-    sf.add_argument("--best", type=float, default=None, help="top share by score")
+    sf.add_argument("--epochs", type=integer, default=None)
+    sf.add_argument("--lr", type=real, default=None)
+    sf.add_argument("--batch", type=integer, default=None, help="turns a step")
+    sf.add_argument("--holdout", type=real, default=None)
+    sf.add_argument("--seed", type=integer, default=None)
+    sf.add_argument("--min-score", type=real, default=None)
+    sf.add_argument("--best", type=real, default=None, help="top share by score")
     sf.add_argument("--resume", action="store_true", help="continue a stopped run in --out")
     sf.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -770,23 +747,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument(
         "--agents",
-        type=_numbers,
+        type=wholes,
         default=(1, 2, 4, 8, 16, 64, 256, 1024, 4096),
         help="the agent counts to run, e.g. 1,8,64,512 (default: 1,2,4,8,16,64,256,1024,4096)",
     )
     st.add_argument(
-        "--seeds", type=int, default=3, help="episodes (world seeds) per cell (default: 3)"
+        "--seeds", type=integer, default=3, help="episodes (world seeds) per cell (default: 3)"
     )
-    st.add_argument("--horizon", type=float, default=240.0, help="T_max, simulated seconds")
+    st.add_argument("--horizon", type=real, default=240.0, help="T_max, simulated seconds")
     st.add_argument(
         "--limits",
-        type=lambda t: _numbers(t, float),
+        type=reals,
         default=None,
         help="read the score at these times (default: horizon/4, /2, horizon)",
     )
     st.add_argument(
         "--targets",
-        type=lambda t: _numbers(t, float),
+        type=reals,
         default=(0.25, 0.5, 0.75),
         help="report the time to reach these scores (default: 0.25,0.5,0.75; the plot shows the "
         "first)",
@@ -807,14 +784,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--cluster", choices=["local", "ray"], default="local", help="ray: cells as Ray tasks"
     )
     st.add_argument("--address", default="", help="Ray: '' a local Ray, 'auto', 'ray://H:P'")
-    st.add_argument("--workers", type=int, default=2, help="Ray: cells at once")
-    st.add_argument("--cpus-per-worker", type=float, default=1.0, help="Ray: CPUs per cell")
+    st.add_argument("--workers", type=integer, default=2, help="Ray: cells at once")
+    st.add_argument("--cpus-per-worker", type=real, default=1.0, help="Ray: CPUs per cell")
     st.add_argument("--quiet", action="store_true", help="no line per cell on stderr")
 
     mm = sub.add_parser("make-model", help="build a Hugging Face model directory, offline")
     mm.add_argument("kind", choices=["tiny-lm"], help="tiny-lm: a ~2M-parameter Qwen2 LM")
     mm.add_argument("dir", type=Path, help="the directory to write (must not exist or be empty)")
-    mm.add_argument("--seed", type=int, default=0, help="weights seed (same seed, same bytes)")
+    mm.add_argument("--seed", type=integer, default=0, help="weights seed (same seed, same bytes)")
 
     ex = sub.add_parser("experiment", help="run a packaged experiment")
     ex.add_argument("name", choices=["signs-of-life"])

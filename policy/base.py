@@ -70,6 +70,12 @@ class PolicyError(RuntimeError):
     """A backend could not answer; the message names the backend and the request."""
 
 
+class PolicyUnavailable(PolicyError):
+    """A backend that cannot be reached at all (no server where the spec points, every server
+    lost): the command's input is wrong, whatever it was asked. A replay that meets it says so
+    (bad input, exit 2) rather than call the record diverged."""
+
+
 @runtime_checkable
 class TrainableModel(Protocol):
     """What the learner needs from a model it trains (the tiny torch model, or a Hugging Face

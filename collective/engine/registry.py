@@ -7,12 +7,16 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from collective.records import EpisodeConfig
 from collective.world import (
+    Commons,
     World,
     WorldBug,
     check_built,
@@ -55,34 +59,62 @@ def resolve_world(ref: str) -> type[World]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
         try:
-            spec.loader.exec_module(module)
-        except KeyboardInterrupt:
-            raise
+            with _ctrl_c_told_apart() as pressed:
+                spec.loader.exec_module(module)
         except BaseException as e:  # sys.exit() or a BaseException of its own: one line too
             del sys.modules[mod_name]
-            raise ValueError(
-                f"world {ref!r}: importing {where} failed: {type(e).__name__}: {e}"
-            ) from e
+            if isinstance(e, KeyboardInterrupt) and pressed:
+                raise
+            raise ValueError(f"world {ref!r}: importing {where} failed: {_told(e)}") from e
     else:
         if where.startswith("."):
             raise ValueError(
                 f"world {ref!r}: {where!r} is a relative module name; give package.module:Class"
             )
         try:
-            module = importlib.import_module(where)
+            with _ctrl_c_told_apart() as pressed:
+                module = importlib.import_module(where)
         except ImportError as e:
             raise ValueError(f"world {ref!r}: cannot import module {where!r} ({e})") from e
-        except KeyboardInterrupt:
-            raise
         except BaseException as e:
-            raise ValueError(
-                f"world {ref!r}: importing {where} failed: {type(e).__name__}: {e}"
-            ) from e
+            if isinstance(e, KeyboardInterrupt) and pressed:
+                raise
+            raise ValueError(f"world {ref!r}: importing {where} failed: {_told(e)}") from e
     cls = getattr(module, name, None)
     if not (inspect.isclass(cls) and issubclass(cls, World)):
         raise ValueError(f"world {ref!r}: {where} has no World subclass named {name!r}")
     _loaded[ref] = cls
     return cls
+
+
+def _told(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+@contextlib.contextmanager
+def _ctrl_c_told_apart() -> Iterator[list[int]]:
+    """A list that a Ctrl-C (SIGINT) during the block appends to: a ``KeyboardInterrupt`` with
+    the list empty was raised by the code itself (a world file's ``raise KeyboardInterrupt``),
+    which is that file's error, not the user stopping the command. Off the main thread no
+    handler can be set: every KeyboardInterrupt then counts as a Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield [signal.SIGINT]
+        return
+    pressed: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+
+    def press(signum: int, frame: Any) -> None:
+        pressed.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, press)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def make_world(ref: str, n_agents: int, seed: int, params: dict[str, Any]) -> World:
@@ -113,6 +145,24 @@ def is_builtin(ref: str) -> bool:
     return ref in builtin_worlds()
 
 
+def commons_mismatch(cls: type[World], params: dict[str, Any], version: int) -> str:
+    """Why a world's commons parameter cannot be the one an episode pinned to policy
+    ``version`` starts from ("" if it can): the commons of version v is the one episodes of
+    version v play with (``collective.rl.commons``), so a record naming another version (999
+    for an episode of version 1, -5, a version no run made) holds what it does not say. -1 is
+    no commons."""
+    held = params.get(cls.commons) if cls.commons else None
+    if not isinstance(held, Commons) or held.version == -1:
+        return ""
+    if held.version < -1 or held.version != version:
+        pinned = f"pinned to policy version {version}" if version >= 0 else "not pinned"
+        return (
+            f"its commons ({cls.commons}) says version {held.version}, but the episode is "
+            f"{pinned}: an episode of version v starts from commons version v (-1: none)"
+        )
+    return ""
+
+
 def check_runnable(cfg: EpisodeConfig) -> None:
     """Build, once, everything an episode of ``cfg`` builds before its first event (the
     organisation, each group's world, its tools, score and first observation), then throw it
@@ -134,6 +184,8 @@ def check_runnable(cfg: EpisodeConfig) -> None:
     # Every group holds its own world: what they say they take, before one is built.
     cls = resolve_world(cfg.world)
     params = convert_params(cls, cfg.params, cfg.world)
+    if why := commons_mismatch(cls, params, cfg.policy_version):
+        raise ValueError(f"world {cfg.world!r}: {why}")
     each = {n: world_footprint(cls, n, params, cfg.world) for n in set(world_sizes)}
     worlds = sum(each[n] for n in world_sizes)
     check_agents(cfg.agents + cfg.budget, what, worlds, max(each.values()))

@@ -66,6 +66,9 @@ from collective.records.fileformat import (
     save_episode as save_episode,
 )
 from collective.records.fileformat import (
+    sealed_digest as sealed_digest,
+)
+from collective.records.fileformat import (
     world_error as world_error,
 )
 from collective.records.schema import (

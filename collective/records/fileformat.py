@@ -575,6 +575,17 @@ def save_episode(ep: Episode, path: str | Path, label: str = "output") -> None:
     writer.finish()
 
 
+def sealed_digest(path: str | Path) -> str:
+    """The digest an episode file is sealed with (its header's, hex), read without the body:
+    what a record that names the file (a training run's ledger) binds it by. Loading the file
+    checks its body against it."""
+    from collective.base.outputs import open_input
+
+    with open_input(path, "episode") as f:
+        head = f.read(HEADER_SIZE)
+    return head[_SIGNED:HEADER_SIZE].hex()
+
+
 def load_episode(path: str | Path) -> Episode:
     """The whole episode in memory (the learner's way: it needs every turn). A long episode is
     better read part by part: :func:`open_episode`."""

@@ -42,7 +42,7 @@ from collective.records import (
 )
 from collective.replay.recorded import RecordedPolicy
 from policy import tokenizer as byte_tokenizer
-from policy.base import Policy, PolicyError
+from policy.base import Policy, PolicyError, PolicyUnavailable
 
 
 class Divergence(msgspec.Struct):
@@ -402,6 +402,8 @@ def audit(
     checker = Checker(_parts(ep), config=False) if streamed else None
     try:
         again = replay(ep, policy=policy, world=world, recorder=checker)
+    except PolicyUnavailable:  # nothing answered: the policy named is the problem, not the record
+        raise
     except PolicyError as e:  # e.g. a forged turn with fewer logprobs than tokens
         return ep, [*problems, f"the replay stopped: {e}"]
     if checker is not None:

@@ -31,9 +31,11 @@ import numpy as np
 from collective.base.outputs import write_file
 from collective.base.seeding import derive
 from collective.engine.conductor import run_episodes
+from collective.engine.limits import EPISODE_AGENT_BYTES, check_fits, human
 from collective.records import EpisodeConfig
 from collective.rl.config import TrainConfig, mix, time_limit_at
 from collective.rl.rollouts import episode_config
+from collective.rl.rundir import read_run_file
 from policy.uniform import RandomPolicy
 
 __all__ = ["Baselines", "baseline_configs", "measure_baselines"]
@@ -74,10 +76,11 @@ class Baselines(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     @classmethod
     def load(cls, run: Path) -> Baselines | None:
         path = run / "baselines.json"
-        if not path.exists():
+        data = read_run_file(path)  # (a FIFO there is refused, never waited on)
+        if data is None:
             return None
         try:
-            return msgspec.json.decode(path.read_bytes(), type=cls)
+            return msgspec.json.decode(data, type=cls)
         except msgspec.DecodeError as e:
             raise ValueError(
                 f"{path}: not a baselines record ({e}); delete it to measure again"
@@ -104,9 +107,23 @@ def baseline_configs(cfg: TrainConfig) -> dict[str, list[EpisodeConfig]]:
     return out
 
 
+def check_baselines(cfg: TrainConfig) -> None:
+    """ValueError (one line) if the baseline episodes cannot be held: each policy's are kept
+    whole until scored, ``baseline_episodes`` a world of the mix, at most its largest team
+    each; checked as a total before any config is built."""
+    teams = [max(w.team_sizes) for w in mix(cfg)]
+    kept = cfg.baseline_episodes * sum(teams)  # agents in the kept episodes, at most
+    check_fits(
+        f"baselines: {cfg.baseline_episodes * len(teams):,} episodes kept "
+        f"({cfg.baseline_episodes:,} a world)",
+        {f"their agents at {human(EPISODE_AGENT_BYTES)} each": kept * EPISODE_AGENT_BYTES},
+    )
+
+
 def measure_baselines(cfg: TrainConfig, untrained: Any) -> Baselines:
     """Play every world's baseline episodes with the random policy and with ``untrained`` (a
     policy sampling the run's version-0 weights)."""
+    check_baselines(cfg)
     configs = baseline_configs(cfg)
     flat = [c for cs in configs.values() for c in cs]
     scores = {}

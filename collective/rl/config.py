@@ -269,7 +269,12 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     )
             if not 0 <= w.weight < math.inf:
                 raise ValueError(f"{where}: weight must be finite and >= 0, not {w.weight!r}")
-        if not sum(w.weight for w in self.worlds) > 0:
+        if not math.isfinite(total := sum(w.weight for w in self.worlds)):
+            raise ValueError(  # (each finite, their sum not: every draw would be the last world)
+                f"train config: the [[worlds]] weights sum to {total} (each must be finite and "
+                "so must their sum): give them as shares, e.g. 1 and 3"
+            )
+        if not total > 0:
             raise ValueError(
                 "train config: the [[worlds]] weights sum to 0: at least one world needs a "
                 "weight > 0"
@@ -436,6 +441,16 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
         given = raw.get("model", {})
         if isinstance(given, dict):
             raw["model"] = {**shape, **given}
+    # Refused as given, whatever the value: `world = "workshop"` beside [[worlds]] is the
+    # default, yet says something the mix does not do. (A run directory's config.toml of a mix
+    # written before dump_config left these out is the engine's own record: it has config.json
+    # beside it, which a resume checks it against.)
+    own_record = path.name == "config.toml" and (path.parent / "config.json").exists()
+    if raw.get("worlds") and not own_record and (top := [f for f in REPLACED_BY_MIX if f in raw]):
+        raise ValueError(
+            f"{path}: [[worlds]] replaces {', '.join(top)} (each world has its own): set them "
+            "in the [[worlds]] tables and drop them from the top level"
+        )
     try:
         return msgspec.convert(raw, TrainConfig)
     except msgspec.ValidationError as e:
@@ -485,6 +500,8 @@ def dump_config(cfg: TrainConfig) -> str:
     lines: list[str] = []
     tables: list[tuple[str, dict[str, Any]]] = []
     for key, value in msgspec.to_builtins(cfg).items():
+        if cfg.worlds and key in REPLACED_BY_MIX:
+            continue  # (a mix replaces them: written beside [[worlds]] they would be refused)
         if isinstance(value, dict):
             tables.append((key, value))
         else:

@@ -35,6 +35,26 @@ from policy.base import Policy
 _FORK_SALT = 0x666F726B
 
 
+#: The most forks a rollout may cost (``fork_turns x fork_samples``): each fork is an episode
+#: played from the forked turn on, so past this a step's credit costs a thousand times its own
+#: rollouts, a budget no run of this engine meets (VinePPO's own estimates use about 9 a turn).
+MAX_FORKS_PER_ROLLOUT = 1_000
+
+
+def fork_budget(turns: int, samples: int, rollouts_per_step: int, steps: int) -> str:
+    """Why ``advantage = "turn"`` with these sizes cannot be run ("" if it can), with the
+    figure it would take: the forks a rollout costs, a step's and the run's, as totals."""
+    per_rollout = turns * samples
+    if per_rollout <= MAX_FORKS_PER_ROLLOUT:
+        return ""
+    return (
+        f"fork_turns x fork_samples = {turns:,} x {samples:,} = {per_rollout:,} forks a rollout "
+        f"({per_rollout * rollouts_per_step:,} fork episodes a step, "
+        f"{per_rollout * rollouts_per_step * steps:,} over the run's {steps:,} steps); at most "
+        f"{MAX_FORKS_PER_ROLLOUT:,} forks a rollout"
+    )
+
+
 def trained_turn(turn: Turn) -> bool:
     """Whether the learner trains on ``turn``: the trained policy answered it with tokens (the
     orchestrator's frozen sub-agents' turns, and turns answered without a model, are not)."""

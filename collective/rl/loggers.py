@@ -144,9 +144,11 @@ class WandbLogger:
     def __init__(self, config: Any, run_dir: Path, first_step: int, schedule: list[float]) -> None:
         import wandb
 
+        from collective.rl.rundir import read_run_file
+
         id_file = run_dir / "wandb-run-id"
-        if id_file.exists():
-            run_id = id_file.read_text().strip()
+        if (kept := read_run_file(id_file)) is not None:  # (a FIFO there: refused)
+            run_id = kept.decode(errors="replace").strip()
         else:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
             id_file.write_text(run_id + "\n")

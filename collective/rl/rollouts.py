@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import trio
 
 from collective.base.latency import latency_preset
@@ -34,6 +35,7 @@ from collective.rl.config import (
     time_limit_at,
     world_of,
 )
+from collective.rl.forks import trained_turn
 from collective.rl.rundir import RunDir
 from policy.base import Policy, TrainableModel
 
@@ -108,6 +110,47 @@ def first_configs(cfg: TrainConfig) -> list[EpisodeConfig]:
         for w in mix(cfg)
         for team in dict.fromkeys(w.team_sizes)
     ]
+
+
+def unexpected_episode(
+    cfg: TrainConfig,
+    group: int,
+    member: int,
+    ep: Episode,
+    pinned: bool,
+    commons: CommonsStore | None = None,
+) -> str:
+    """How ``ep`` differs from episode ``member`` of ``group`` as this run plays it ("" if it
+    does not): its config (world, parameters, seeds, team, time limit; with a commons, the
+    commons of its version), its policy version (one the schedule can pin the group to) and
+    the version its trained turns were answered by. A sealed file that is another group's, or
+    another run's, passes its digest; it does not pass this."""
+    step = group // draws_per_step(cfg)
+    v = ep.config.policy_version
+    if not pinned:
+        allowed = range(-1, 0)
+    elif cfg.sync == "pinned":
+        allowed = range(max(0, step - cfg.lag), max(0, step - cfg.lag) + 1)
+    else:  # (the newest version when it was issued: from the pinned one up to the step's own)
+        allowed = range(max(0, step - cfg.lag), step + 1)
+    if v not in allowed:
+        return f"policy version {v}, where the run plays it with version(s) {list(allowed)}"
+    want = team_config(cfg, group, member, v)
+    if commons is not None:
+        want = commons.apply(want, v)
+    for field in want.__struct_fields__:
+        if field == "policy":  # (the serving policy's own name: not the run's to say)
+            continue
+        got, expect = getattr(ep.config, field), getattr(want, field)
+        if got != expect and _encoded(got) != _encoded(expect):  # (a tuple read back: a list)
+            return f"its {field} is {str(got)[:80]}, not {str(expect)[:80]}"
+    if pinned and (versions := {t.version for t in ep.turns if trained_turn(t)} - {v}):
+        return f"turns answered by version(s) {sorted(versions)}, not {v}"
+    return ""
+
+
+def _encoded(value: Any) -> bytes:
+    return msgspec.msgpack.encode(value)
 
 
 class Schedule:
@@ -245,8 +288,16 @@ class Rollouts:
         self.backend, self.model = args.backend, args.model
         self.serving_weights = args.serving_weights
         self.first_group = first_step * draws_per_step(cfg)
-        # A resumed run's episodes that finished after its checkpoint: used, not run again.
-        self.buffer: dict[tuple[int, int], Episode] = run.finished_episodes(self.first_group)
+        # A resumed run's episodes that finished after its checkpoint: used, not run again,
+        # once each is checked to be the episode the run plays under its name.
+        pinned = self.backend.pinned
+
+        def unexpected(group: int, member: int, ep: Episode) -> str:
+            return unexpected_episode(cfg, group, member, ep, pinned, args.commons)
+
+        self.buffer: dict[tuple[int, int], Episode] = run.finished_episodes(
+            self.first_group, unexpected
+        )
         self.on_disk = set(self.buffer)
         self._send, self._recv = trio.open_memory_channel[tuple[int, int, Episode]](
             cfg.channel_capacity

@@ -29,7 +29,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
@@ -38,8 +38,8 @@ import msgspec
 import torch
 import trio
 
-from collective.base.outputs import check_input, save_torch
-from collective.records import Episode, load_episode, save_episode
+from collective.base.outputs import InputError, check_input, open_input, save_torch
+from collective.records import Episode, load_episode, save_episode, sealed_digest
 from collective.rl.commons import Entry
 from collective.rl.config import (
     TrainConfig,
@@ -167,6 +167,10 @@ class Ledger(msgspec.Struct):
     used: list[str]
     dropped: list[str]
     flat: list[str] = []  # resample: episodes of groups whose returns were all equal
+    # Each file's sealed digest (``records.sealed_digest``), by name: what binds the file to the
+    # episode the step learned from (a swapped or planted file has another). Empty in the lines
+    # of runs written before it existed.
+    digests: dict[str, str] = {}
 
     @classmethod
     def of_step(
@@ -186,6 +190,13 @@ class Ledger(msgspec.Struct):
             [n for n, u in zip(names, used, strict=True) if not u],
             [episode_name(g, i) for g in flat for i in range(size)],
         )
+
+
+#: The step-by-step records of a run: one line a finished step each.
+RECORDS: tuple[tuple[str, type[StepMetrics] | type[Ledger]], ...] = (
+    ("metrics.jsonl", StepMetrics),
+    ("ledger.jsonl", Ledger),
+)
 
 
 class TrainState(msgspec.Struct):
@@ -223,11 +234,61 @@ def episode_key(name: str) -> tuple[int, int] | None:
 
 def read_metrics(run_dir: str | Path) -> list[StepMetrics]:
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    data = read_run_file(path)
+    if data is None:
         raise ValueError(f"{run_dir}: no metrics.jsonl (is it a run directory?)")
-    return [
-        msgspec.json.decode(ln, type=StepMetrics) for ln in path.read_bytes().splitlines() if ln
-    ]
+    return [m for _, m in _records(path, data, StepMetrics, torn_last=False)]
+
+
+#: The files of a run directory a resume reads or appends to, beside ``checkpoints/`` and
+#: ``episodes/``: each must be a regular file (or absent), checked before anything is opened.
+RUN_FILES = (
+    "config.toml",
+    "config.json",
+    "metrics.jsonl",
+    "ledger.jsonl",
+    "resumes.jsonl",
+    "baselines.json",
+    "wandb-run-id",
+    "config.digest",
+    LOCK,
+)
+
+
+def read_run_file(path: Path) -> bytes | None:
+    """A run directory's own file, read as any input is (``outputs.open_input``: opened without
+    waiting, refused unless a regular file), so a FIFO or a device planted in a run directory
+    is one line, never a hang; None if it is absent. Every reader of a run's records uses it."""
+    try:
+        with open_input(path, "run directory") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except InputError:
+        raise
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
+
+
+def _records(path: Path, data: bytes, kind: type[Any], torn_last: bool) -> list[tuple[int, Any]]:
+    """``(line number, record)`` of each line of a JSON-lines file. A line that is not a whole
+    record is refused, naming the file and the line, except a last line without its newline
+    when ``torn_last`` (what a kill while the line was written leaves: the caller decides)."""
+    lines = data.split(b"\n")
+    last = len(lines)
+    if lines[-1] == b"":  # (the newline that ends the file)
+        lines.pop()
+        last = 0  # every line is whole
+    out = []
+    for n, ln in enumerate(lines, 1):
+        try:
+            out.append((n, msgspec.json.decode(ln, type=kind)))
+        except msgspec.DecodeError as e:
+            if torn_last and n == last:
+                break
+            cut = " (cut short?)" if n == last else ""
+            raise ValueError(f"{path} line {n}: not a whole record{cut} ({e})") from None
+    return out
 
 
 class RunDir:
@@ -247,20 +308,33 @@ class RunDir:
         )
         self.created = False  # whether create() has run: before it, a new run has kept nothing
         self.extended_from: int | None = None  # a resume's `--set steps=N`: the steps it had
+        self._digests: dict[str, str] | None = None  # the ledger's file bindings (kept_episode)
 
     def check(self, resume: bool) -> None:
         """A new run needs an empty (or absent) writable folder; a resumed one its config."""
         from collective.base.outputs import check_dir
 
         if resume:
-            if not (self.path / "config.toml").is_file():
+            if not (self.path / "config.toml").exists():
                 raise ValueError(f"{self.path}: no run to resume (no config.toml)")
+            self._check_files()
             return
         check_dir(self.path, "run directory")
         if self.path.exists() and any(not _ours(p.name) for p in self.path.iterdir()):
             raise ValueError(
                 f"{self.path} already holds a run; resume it with --resume or pick --out"
             )
+
+    def _check_files(self) -> None:
+        """Every file a resume will read or append to is a regular file (links followed) or
+        absent: a FIFO would block the reader (or the appender) forever, a device feed it
+        without end. Checked before anything is opened, the lock included."""
+        names = [self.path / n for n in RUN_FILES]
+        for folder in (self.checkpoints, self.episodes, self.path / "failed"):
+            if folder.is_dir():  # (checkpoints/ holds the hf backend's model folders too)
+                names += sorted(p for p in folder.rglob("*") if not p.is_dir())
+        for path in names:
+            check_input(path, "run directory")
 
     @contextmanager
     def lock(self, resume: bool) -> Iterator[None]:
@@ -342,9 +416,9 @@ class RunDir:
         differ from it only by ``steps`` (``--set steps=N``: extending a run)."""
         on_disk = load_config(self.path / "config.toml")
         record = self.path / "config.json"
-        if record.exists():
+        if (data := read_run_file(record)) is not None:
             try:
-                began = json.loads(record.read_bytes())
+                began = json.loads(data)
                 digest, fields = began["digest"], began["config"]
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"{record}: not a readable config record") from None
@@ -406,12 +480,19 @@ class RunDir:
                 f"{self.state_path}: does not fit this run's config.toml (was [model] or the "
                 f"optimiser changed?): {first_line(e)}"
             ) from None
+        self.records_before(state.step)  # (refused now, before any work, if they are damaged)
         return state, serving
+
+    def records_before(self, step: int) -> list[list[bytes]]:
+        """The metrics and ledger lines of the steps before ``step``, checked whole
+        (``_lines_before``): what a resume from ``step`` keeps."""
+        return [_lines_before(self.path / name, kind, step) for name, kind in RECORDS]
 
     def create(self, resume: bool, step: int) -> None:
         """Make the folders, write the config (a new run), and cut what a stopped run wrote
         after its checkpoint: half-written episode files, metrics and ledger lines of steps
-        the resume redoes."""
+        the resume redoes (the kept lines checked first: ``_lines_before``)."""
+        kept = self.records_before(step)
         for sub in ("checkpoints", "episodes", "plots"):
             (self.path / sub).mkdir(parents=True, exist_ok=True)
         if self.extended_from is not None:  # --set steps=N on resume: said where it happened
@@ -426,23 +507,56 @@ class RunDir:
         self.created = True
         for leftover in [*self.episodes.glob(".*.tmp"), *self.checkpoints.glob(".*.tmp")]:
             leftover.unlink()
-        for name in ("metrics.jsonl", "ledger.jsonl"):
-            _write_lines(self.path / name, _lines_before(self.path / name, step))
+        for (name, _), lines in zip(RECORDS, kept, strict=True):
+            _write_lines(self.path / name, lines)
 
-    def finished_episodes(self, first_group: int) -> dict[tuple[int, int], Episode]:
+    def finished_episodes(
+        self, first_group: int, unexpected: Callable[[int, int, Episode], str] | None = None
+    ) -> dict[tuple[int, int], Episode]:
         """Episodes already on disk for groups from ``first_group`` on: a resume uses them
-        rather than run them again."""
+        rather than run them again. Each must be the episode the run plays under its name:
+        ``unexpected(group, member, episode)`` says how it is not (its config, seeds, policy
+        version or commons), and such a file (planted, swapped, another run's) is refused in
+        one line naming it, before any work."""
         found: dict[tuple[int, int], Episode] = {}
-        for path in self.episodes.glob("g*-r*.msgpack"):
+        for path in sorted(self.episodes.glob("g*-r*.msgpack")):
             key = episode_key(path.name)
-            if key is not None and key[0] >= first_group:
-                found[key] = load_episode(path)
+            if key is None or key[0] < first_group or key[1] >= self.cfg.group_size:
+                continue
+            ep = load_episode(path)
+            if unexpected is not None and (why := unexpected(*key, ep)):
+                raise ValueError(
+                    f"{path}: not the episode this run plays as group {key[0]} member {key[1]} "
+                    f"({why}); move it out of the run directory and resume (the run plays that "
+                    "episode again)"
+                )
+            found[key] = ep
         return found
 
     def kept_episode(self, group: int, member: int) -> Episode | None:
-        """Episode ``member`` of group ``group``, if its file is kept (``keep_episodes``)."""
-        path = self.episodes / episode_name(group, member)
-        return load_episode(path) if path.is_file() else None
+        """Episode ``member`` of group ``group``, if its file is kept (``keep_episodes``), and
+        only if it is the file its step learned from (the digest its ledger line binds it by;
+        a file swapped or planted since is refused in one line naming it)."""
+        name = episode_name(group, member)
+        path = self.episodes / name
+        if not path.is_file():
+            return None
+        if self._digests is None:  # (the ledger's bindings, read once; commit adds to them)
+            self._digests = {}
+            for _, line in _records(
+                self.path / "ledger.jsonl",
+                read_run_file(self.path / "ledger.jsonl") or b"",
+                Ledger,
+                torn_last=True,
+            ):
+                self._digests.update(line.digests)
+        bound = self._digests.get(name)
+        if bound is not None and sealed_digest(path) != bound:
+            raise ValueError(
+                f"{path}: not the episode its step learned from (its digest is not the one "
+                f"{self.path / 'ledger.jsonl'} binds it to): put the run's own file back"
+            )
+        return load_episode(path)
 
     def save_episode(self, group: int, member: int, ep: Episode) -> None:
         save_episode(ep, self.episodes / episode_name(group, member))
@@ -487,6 +601,13 @@ class RunDir:
             f.write(msgspec.json.encode(metrics) + b"\n")
         if logger is not None:  # the same line, to TensorBoard or W&B
             logger.log(metrics.step, msgspec.to_builtins(metrics))
+        ledger.digests = {
+            n: sealed_digest(self.episodes / n)
+            for n in ledger.used + ledger.dropped + ledger.flat
+            if (self.episodes / n).is_file()
+        }
+        if self._digests is not None:
+            self._digests.update(ledger.digests)
         with (self.path / "ledger.jsonl").open("ab") as f:
             f.write(msgspec.json.encode(ledger) + b"\n")
         snap = state.step % self.cfg.snapshot_every == 0 or state.step == self.cfg.steps
@@ -546,16 +667,36 @@ def _write_bytes(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def _lines_before(path: Path, step: int) -> list[bytes]:
-    """The lines of a JSON-lines file whose step is before ``step`` (a resume redoes the rest;
-    a line cut short by a kill belongs to the rest)."""
-    if not path.exists():
+def _lines_before(path: Path, kind: type[StepMetrics] | type[Ledger], step: int) -> list[bytes]:
+    """The lines of a step-by-step JSON-lines file (metrics, ledger) for the steps before
+    ``step``, the steps a resume keeps (it redoes the rest). They must be there, whole, one a
+    step in order: a kill while a line was written leaves a cut last line, but only of a step
+    the resume redoes (a step's lines are written before its checkpoint). Anything else (a line
+    cut short, missing, repeated or out of order among the kept steps) means the file was
+    damaged after the fact, and what it lost cannot be proven from what is left: refused in one
+    line naming the file and the line, with nothing changed."""
+    if step == 0:
         return []
-    kept = []
-    for ln in path.read_bytes().splitlines():
-        try:
-            if json.loads(ln)["step"] < step:
-                kept.append(ln)
-        except (ValueError, KeyError, TypeError):
-            continue
-    return kept
+    data = read_run_file(path) or b""
+    lines = data.split(b"\n")
+    records = _records(path, data, kind, torn_last=True)
+    for want in range(step):
+        if want >= len(records):
+            n = len(records) + 1
+            what = (
+                f"line {n} is cut short"
+                if n <= len(lines) and lines[n - 1]
+                else f"it ends at line {n - 1}"
+            )
+            raise ValueError(
+                f"{path}: step {want}'s line is lost ({what}; the checkpoint is at step {step}): "
+                "the run cannot be resumed as it was; put the file back, or train anew with --out"
+            )
+        n, record = records[want]
+        if record.step != want:
+            raise ValueError(
+                f"{path} line {n}: step {record.step} where step {want} belongs (lines lost, "
+                "repeated or out of order): the run cannot be resumed as it was; put the file "
+                "back, or train anew with --out"
+            )
+    return lines[:step]

@@ -62,7 +62,7 @@ from collective.rl.config import (
     world_of,
 )
 from collective.rl.credit import leave_one_out
-from collective.rl.forks import group_turn_advantages, trained_turn
+from collective.rl.forks import fork_budget, group_turn_advantages, trained_turn
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
 from collective.rl.roles import RoleLearner, RoleModels, trained_roles
@@ -486,6 +486,12 @@ def validate(cfg: TrainConfig) -> None:
             "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
             "weights; use another advantage or another org"
         )
+    if cfg.advantage == "turn" and (
+        why := fork_budget(
+            cfg.fork_turns, cfg.fork_samples, cfg.groups_per_step * cfg.group_size, cfg.steps
+        )
+    ):
+        raise ValueError(f"advantage = 'turn': {why}")
     if cfg.advantage == "turn" and cfg.fork_horizon > 0:
         longest = max(time_limit_at(cfg, step, w) for w in mix(cfg) for step in (0, cfg.steps - 1))
         if cfg.fork_horizon >= longest:

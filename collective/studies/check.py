@@ -31,9 +31,17 @@ import msgspec
 
 from collective.base.latency import latency_preset
 from collective.engine.conductor import run_episode, run_episodes
+from collective.engine.limits import (
+    AGENT_BYTES,
+    EPISODE_AGENT_BYTES,
+    check_fits,
+    human,
+    world_footprint,
+)
 from collective.engine.registry import check_runnable, make_world, resolve_world
 from collective.records import Episode, EpisodeConfig, encode_episode, world_error
 from collective.replay import verify
+from collective.world import convert_params
 from policy.uniform import RandomPolicy
 
 SATURATED = 0.95  # a random team's mean score at or above this: nothing left to learn
@@ -114,6 +122,22 @@ def check_world(
             f"check --limits {outside[0]}: read times must be in (0, T = {time_limit:g}]"
         )
     cls = resolve_world(world)
+    # Every episode runs at once and is kept for the report: the total is checked before any
+    # is built (2^70 seeds would otherwise build configs forever, never reaching a limit).
+    at_once = seeds * rollouts
+    each = world_footprint(cls, agents, convert_params(cls, params, world), world)
+    check_fits(
+        f"check: {at_once:,} episodes at once ({seeds:,} seeds x {rollouts:,} rollouts of "
+        f"{agents:,} agents)",
+        {
+            "their agents": at_once * agents * AGENT_BYTES,
+            "their worlds": at_once * each,
+            f"the episodes kept, at {human(EPISODE_AGENT_BYTES)} an agent": at_once
+            * agents
+            * EPISODE_AGENT_BYTES,
+        },
+        world=each,
+    )
     report = Report(world)
     base = EpisodeConfig(
         world=world,

@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from collective.rl.config import COMMONS_ONLY, MIX_ONLY, TURN_ONLY, TrainConfig, load_config
+from collective.rl.rundir import read_run_file
 from collective.rl.train import read_metrics, train
 
 
@@ -70,9 +71,9 @@ def file_digest(path: Path) -> str:
 def run_digest(run: Path) -> str | None:
     """The digest a run directory was made with: ``config.digest`` if written, else (a run
     stopped before it was, or written before digests) that of its own ``config.toml``."""
-    stamp = run / "config.digest"
-    if stamp.is_file():
-        return stamp.read_text().strip()
+    stamp = read_run_file(run / "config.digest")  # (a FIFO there: refused, never waited on)
+    if stamp is not None:
+        return stamp.decode(errors="replace").strip()
     if (run / "config.toml").is_file():
         try:
             return train_digest(load_config(run / "config.toml"))

@@ -105,10 +105,11 @@ from collective import (
     latency_preset,
     run_episodes,
 )
+from collective.base.args import Parser, count
 from collective.base.outputs import write_file
 from collective.records import load_episode
 from collective.records.signs import signs
-from collective.rl.rundir import snapshot_name, snapshot_step
+from collective.rl.rundir import read_run_file, snapshot_name, snapshot_step
 from collective.rl.train import TrainConfig, bucket, load_config, read_metrics
 from collective.studies.intervals import (
     Interval,
@@ -443,7 +444,7 @@ def training_episodes(run: Path) -> tuple[list[tuple[int, Episode]], dict[str, i
     only the episodes of the steps played there (episodes are not committed)."""
     out: list[tuple[int, Episode]] = []
     missing: dict[str, int] = {}
-    for line in (run / "ledger.jsonl").read_text().splitlines():
+    for line in (read_run_file(run / "ledger.jsonl") or b"").decode().splitlines():
         entry = json.loads(line)
         for f in entry["used"]:
             if (run / "episodes" / f).exists():
@@ -503,8 +504,7 @@ def training_facts(run: Path) -> dict[str, Any]:
 
 
 def _ledger_steps(run: Path) -> int:
-    ledger = run / "ledger.jsonl"
-    return len(ledger.read_text().splitlines()) if ledger.exists() else 0
+    return len((read_run_file(run / "ledger.jsonl") or b"").splitlines())
 
 
 def limit_share(runs: list[Path]) -> dict[str, Any]:
@@ -1204,6 +1204,28 @@ def judge_findings(findings: list[dict[str, Any]]) -> None:
         )
 
 
+#: Training seeds and held-out instances an experiment may ask for: each seed is a training run
+#: of every variant (minutes each), each instance an episode of every cell; past these no run on
+#: any machine finishes, and a range that large would be built before the first run.
+MAX_SEEDS = 1_000
+MAX_INSTANCES = 100_000
+
+
+def check_sizes(p: Parser, a: argparse.Namespace, specs: dict[str, dict[str, Any]]) -> None:
+    """The sizes asked for, checked as totals before any work: every variant's config at every
+    seed must be a config (``--steps`` within its domain), and the seeds and instances must be
+    counts a run can hold."""
+    if a.seeds > MAX_SEEDS:
+        p.error(f"--seeds {a.seeds}: at most {MAX_SEEDS:,} (each is a training run per variant)")
+    if a.instances > MAX_INSTANCES:
+        p.error(f"--instances {a.instances}: at most {MAX_INSTANCES:,}")
+    for name, fields in specs.items():
+        try:
+            TrainConfig(**{**fields, "seed": max(0, (a.seeds or 1) - 1)})
+        except (ValueError, TypeError) as e:
+            p.error(f"variant {name}: {e}")
+
+
 def starting_point(out: Path, quick: bool) -> Path:
     """The prior every run starts from. In a checkout: the committed one, named from the
     checkout's root (this process works there, so a run's config names it alike in every
@@ -1221,20 +1243,24 @@ def starting_point(out: Path, quick: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # The command line's parser and number syntax (collective.base.args): a usage error is one
+    # line, exit 2, before any work, as in every other command.
+    p = Parser(prog="collective experiment signs-of-life", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a few-minute smoke version")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
-    p.add_argument("--seeds", type=int, default=0, help="training seeds (default 3; quick 1)")
-    p.add_argument("--steps", type=int, default=0, help="training steps (default 60; quick 2)")
+    p.add_argument("--seeds", type=count, default=0, help="training seeds (default 3; quick 1)")
+    p.add_argument(
+        "--steps", type=count, default=0, help=f"training steps (default {STEPS}; quick 2)"
+    )
     p.add_argument(
         "--instances",
-        type=int,
+        type=count,
         default=0,
         help="held-out instances a team size, fresh for each training seed (default 32)",
     )
     p.add_argument(
-        "--jobs", type=int, default=2, help="training runs at once (default 2: the two cores)"
+        "--jobs", type=count, default=2, help="training runs at once (default 2: the two cores)"
     )
     p.add_argument(
         "--complete-only",
@@ -1250,7 +1276,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    specs = variants(a.quick, a.steps or None, starting_point(a.out, a.quick))
+    specs = variants(a.quick, a.steps or None)  # (checked first; the prior is found after)
     if a.jobs < 1:
         p.error(f"--jobs must be >= 1, got {a.jobs}")
     only = set(filter(None, a.only.split(","))) or None
@@ -1258,6 +1284,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--only: unknown variants {sorted(only - set(specs))}")
     if only is not None and "main" not in only:
         p.error("--only must include main: every finding compares against the main run")
+    check_sizes(p, a, {k: v for k, v in specs.items() if only is None or k in only})
+    specs = variants(a.quick, a.steps or None, starting_point(a.out, a.quick))
     specs = {k: v for k, v in specs.items() if only is None or k in only}
     seeds = list(range(a.seeds or (1 if a.quick else 3)))
     n = a.instances or (2 if a.quick else 32)

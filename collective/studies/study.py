@@ -226,9 +226,18 @@ def scale_study(
     with the same results (each cell is one conductor over its seeds, wherever it runs; only
     ``wall_seconds`` differs).
     """
-    from collective.engine.registry import check_runnable
+    from collective.engine.limits import check_agents, world_footprint
+    from collective.engine.registry import check_runnable, resolve_world
+    from collective.world import convert_params
 
+    cls = resolve_world(cfg.world)
     for n in sorted(set(cfg.agents)):  # a bad world or size: one line, before any cell runs
+        # A cell runs its seeds' episodes at once: their agents and worlds, as a total, checked
+        # before its configs are built (2^70 seeds would otherwise be built forever).
+        each = world_footprint(cls, n, convert_params(cls, cfg.params, cfg.world), cfg.world)
+        check_agents(
+            cfg.seeds * n, f"study: a cell of {cfg.seeds:,} episodes", cfg.seeds * each, each
+        )
         check_runnable(_configs(cfg, "", n)[0])
     policies = _policies(cfg)
     rows: list[ScaleRow] = []

@@ -36,6 +36,7 @@ from typing import IO, Any
 
 import msgspec
 
+from collective.base.args import parse_int
 from collective.records import Episode, EpisodeStream, Spawned
 from collective.views.timeline import (
     THINK,
@@ -84,13 +85,12 @@ def parse_agents(text: str) -> AgentIds:
     """``0-9,42`` -> the agents 0 to 9 and 42: the agents to keep in a trace."""
     ids: set[int] = set()
     spans: list[range] = []
+    if not text:
+        raise ValueError(f"--agents: no agent ids given in {text!r}")
     for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
         lo, dash, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi) if dash else int(lo)
+        try:  # (numbers read as every flag reads them: collective.base.args)
+            a, b = parse_int(lo), parse_int(hi) if dash else parse_int(lo)
         except ValueError:
             raise ValueError(
                 f"--agents: expected ids and ranges like 0-9,42, got {part!r}"

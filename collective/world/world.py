@@ -566,6 +566,9 @@ def _unrecordable(value: Any) -> str:
     todo = [value]
     while todo:  # (a loop, not recursion: a value may nest deeper than the stack)
         v = todo.pop()
+        if isinstance(v, msgspec.Struct):  # (a Commons, or any struct a world annotates)
+            todo += [getattr(v, f) for f in v.__struct_fields__]
+            continue
         if isinstance(v, float) and not math.isfinite(v):
             return "numbers must be finite"
         if isinstance(v, int) and not -(2**63) <= v < 2**64:

@@ -133,6 +133,9 @@ def write_tiny_lm(
     model = Qwen2ForCausalLM(config).eval()
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     directory.mkdir(parents=True, exist_ok=True)
+    from policy.hf.model import no_progress_bars
+
+    no_progress_bars()
     model.save_pretrained(str(directory), safe_serialization=True)
     tokenizer.save_pretrained(str(directory))
     _portable_tokenizer_config(directory, spec.max_position_embeddings)

@@ -136,9 +136,31 @@ def load_parts(directory: str | Path, device: torch.device, dtype: torch.dtype) 
             f"{directory}: the tokenizer has no chat template (the hf path renders every prompt "
             "as a chat turn); add one to tokenizer_config.json or chat_template.jinja"
         )
-    model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, dtype=dtype)
+    no_progress_bars()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(directory), local_files_only=True, dtype=dtype
+        )
+    except Exception as e:  # safetensors' SafetensorError, torch's, OSError: all mean one thing
+        raise ValueError(
+            f"{directory}: its weights cannot be read (truncated or corrupt?): {_first_line(e)}"
+        ) from None
     # transformers wraps ``to`` in functools.wraps, whose type takes ``self`` as the first argument
     return model.to(device).eval(), tokenizer  # type: ignore[arg-type]
+
+
+def no_progress_bars() -> None:
+    """Turn transformers' own progress bars ("Loading weights", "Writing model shards") off:
+    the command line prints its own progress (none with --quiet), and a one-line error must be
+    the only line. Called where weights are loaded or written, not at import."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0][:200]}" if lines else type(e).__name__
 
 
 def _cache_arg(module: Any) -> str:
@@ -492,6 +514,7 @@ class HFModel:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         module = self.merged() if self.lora else self.model
+        no_progress_bars()
         module.save_pretrained(str(directory), safe_serialization=True)
         self.tokenizer.save_pretrained(str(directory))
         (directory / VERSION_FILE).write_text(json.dumps({"version": self.version}) + "\n")

@@ -122,7 +122,7 @@ import structlog
 import trio
 
 from collective.base.actions import ActionSpace
-from policy.base import PolicyError, PolicyRequest, PolicyResponse
+from policy.base import PolicyError, PolicyRequest, PolicyResponse, PolicyUnavailable
 from policy.constraint import action_ebnf, action_regex
 from policy.hf.prompt import load_tokenizer, prompt_ids
 from policy.sglang.server import HEALTH_POLL, SGLangServer, free_port
@@ -225,7 +225,7 @@ def _is_local(url: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
 
 
-class _Lost(PolicyError):
+class _Lost(PolicyUnavailable):
     """A server that stayed unreachable through every retry."""
 
 
@@ -296,6 +296,8 @@ class SGLangPolicy:
     /health with 503 (starting) before the first batch. ``weights`` picks how
     :meth:`update_weights` loads new weights (``disk``, ``distributed``, ``tensor`` or ``auto``;
     the module docstring), ``sync_timeout`` bounds each step of an in-memory load,
+    ``update_deadline`` one :meth:`update_weights` in all (every call, retry, bucket and the
+    fallback to the disk: the per-call bounds alone add up to hours over a fleet),
     ``bucket_bytes`` the bytes of one bucket, ``group_host`` the address the servers reach this
     process at for the weight-update group (default: loopback when every server is local, else
     this host's name resolved).
@@ -326,6 +328,7 @@ class SGLangPolicy:
         sync_timeout: float = 60.0,
         bucket_bytes: int = 512 << 20,
         group_host: str | None = None,
+        update_deadline: float = 1800.0,
     ) -> None:
         urls = [urls] if isinstance(urls, str) else list(urls)
         if not urls:
@@ -341,10 +344,12 @@ class SGLangPolicy:
             raise ValueError(
                 f"weights must be one of {', '.join(WEIGHTS_METHODS)}, got {weights!r}"
             )
-        if not (0 < sync_timeout < math.inf and bucket_bytes > 0):
+        if not (
+            0 < sync_timeout < math.inf and bucket_bytes > 0 and 0 < update_deadline < math.inf
+        ):
             raise ValueError(
-                f"need finite sync_timeout > 0 and bucket_bytes > 0, got {sync_timeout}, "
-                f"{bucket_bytes}"
+                "need finite sync_timeout > 0, bucket_bytes > 0 and finite update_deadline > 0, "
+                f"got {sync_timeout}, {bucket_bytes}, {update_deadline}"
             )
         if constraint not in ("regex", "ebnf"):
             raise ValueError(f"constraint must be 'regex' or 'ebnf', got {constraint!r}")
@@ -388,6 +393,7 @@ class SGLangPolicy:
         self._label_seen = False  # (a follower) every live server reported _label since follow
         self.weights: WeightsMethod = weights
         self.sync_timeout = sync_timeout
+        self.update_deadline = update_deadline
         self.bucket_bytes = bucket_bytes
         self.group_host = group_host
         self.weights_by_disk_why: str | None = None  # set when a sync fell back to the disk
@@ -543,6 +549,25 @@ class SGLangPolicy:
             raise PolicyError(f"{self.name}: a follower does not load weights (see follow)")
         what = f"weights as version {version}"
         label = str(version)
+        with trio.move_on_after(self.update_deadline) as scope:
+            await self._update(path, version, tensors, what, label)
+        if scope.cancelled_caught:  # (the servers were resumed on the way out)
+            self._mixed = (
+                f"{self.name}: loading {what} did not finish within update_deadline="
+                f"{self.update_deadline:g}s (the spec's update-deadline=SECONDS), so the servers "
+                "may hold different weights: nothing is generated until an update reaches every "
+                "server"
+            )
+            raise PolicyError(self._mixed)
+
+    async def _update(
+        self,
+        path: str | Path | Callable[[], str | Path],
+        version: int,
+        tensors: Callable[[], NamedTensors] | None,
+        what: str,
+        label: str,
+    ) -> None:
         async with self._gate.update(), self._client() as client:
             await self._ensure_ready(client)
 
@@ -1014,7 +1039,7 @@ class SGLangPolicy:
             except _Unreachable as e:
                 unreachable += 1
                 if unreachable >= self.attempts:
-                    raise PolicyError(
+                    raise PolicyUnavailable(
                         f"SGLang server {url} cannot be reached ({e}); is it running there?"
                     ) from None
                 why = str(e)
@@ -1095,7 +1120,9 @@ class SGLangPolicy:
         source = self._tokenizer_source
         if source is None:
             if not self.live_servers:
-                raise PolicyError(f"{self.name}: every server is lost; none can name the model")
+                raise PolicyUnavailable(
+                    f"{self.name}: every server is lost; none can name the model"
+                )
             url = self.live_servers[0]
             info = await self._model_info(client, url, "the model's tokenizer")
             source = info.get("tokenizer_path") or info.get("model_path")
@@ -1323,6 +1350,7 @@ def policy_from_spec(arg: str, *, command: Sequence[str] | None = None) -> SGLan
         "deadline": spec.deadline,
         "weights": spec.weights,
         "sync_timeout": spec.sync_timeout,
+        "update_deadline": spec.update_deadline,
         "constraint": spec.constraint,
         "name": f"sglang:{arg}",
     }

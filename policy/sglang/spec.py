@@ -12,7 +12,8 @@ all; default 600), ``constraint=regex|ebnf``, ``tokenizer=DIR`` (a local copy of
 tokenizer, for servers on other machines; by default the directory the server reports is read),
 ``weights=disk|tensor|distributed|auto`` (how a weight update reaches the servers; default
 disk; see :mod:`policy.sglang.client`) and ``sync-timeout=SECONDS`` (the deadline of one step of
-an in-memory update: forming the group, one bucket; default 60).
+an in-memory update: forming the group, one bucket; default 60), ``update-deadline=SECONDS``
+(one weight update in all, however its calls, retries and buckets add up; default 1800).
 With ``launch``, every other ``NAME=VALUE`` becomes the server flag ``--NAME VALUE`` (``dp`` and
 ``tp`` stand for ``--dp-size`` and ``--tp-size``), words after ``--`` are passed to the server as
 they are, and the server is always started with ``--enable-deterministic-inference`` while seeds
@@ -34,6 +35,8 @@ from typing import Any, Literal
 import httpx
 import msgspec
 
+from collective.base.args import parse_float
+
 Constraint = Literal["regex", "ebnf"]
 WeightsMethod = Literal["disk", "tensor", "distributed", "auto"]
 WEIGHTS_METHODS: tuple[WeightsMethod, ...] = ("disk", "tensor", "distributed", "auto")
@@ -48,12 +51,14 @@ _CLIENT_OPTIONS = (
     "tokenizer",
     "weights",
     "sync-timeout",
+    "update-deadline",
 )
 _SECONDS_OPTIONS = (
     "wait",
     "timeout",
     "deadline",
     "sync-timeout",
+    "update-deadline",
 )  # a finite number of seconds > 0 each
 _FLAG_ALIASES = {"dp": "--dp-size", "tp": "--tp-size"}
 _OWNED_FLAGS = ("--model-path", "--host", "--port", "--api-key")  # set by the launcher itself
@@ -74,6 +79,7 @@ class SGLangSpec(msgspec.Struct, frozen=True, kw_only=True):
     tokenizer: str = ""  # a local tokenizer directory (default: the one the server names)
     weights: WeightsMethod = "disk"  # how a weight update reaches the servers
     sync_timeout: float = 60.0  # one in-memory weight transfer step (a bucket, the group)
+    update_deadline: float = 1800.0  # one weight update in all
 
     def launch_args(self, api_key: str | None) -> list[str]:
         """The flags a launched server gets after --model-path, --host and --port."""
@@ -138,8 +144,8 @@ def parse_spec(arg: str) -> SGLangSpec:
         if key not in options:
             continue
         text = options.pop(key)
-        try:
-            fields[key.replace("-", "_")] = float(text)
+        try:  # (numbers as every flag reads them: ASCII digits, no spaces)
+            fields[key.replace("-", "_")] = parse_float(text)
         except ValueError:
             raise bad(f"{key} must be a number of seconds, not {text!r}") from None
         if not (math.isfinite(fields[key.replace("-", "_")]) and fields[key.replace("-", "_")] > 0):

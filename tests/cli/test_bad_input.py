@@ -18,15 +18,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from collective import EpisodeConfig, run_episode, save_episode
+from collective import EpisodeConfig, load_episode, run_episode, save_episode
 from collective.cli import main
 from collective.records import encode_episode, episode_file_bytes, episode_parts
+from collective.rl.make_model import make_tiny_lm
 from collective.rl.rundir import RunDir
 from collective.rl.train import load_config, read_metrics, train
 from policy.tiny import TinyConfig, TinyModel
@@ -47,6 +48,62 @@ BIG = str(2**64)
 TRAIN = ["train", "{small}", "--out", "{newrun}", "--quiet"]
 STUDY = ["--policies", "random", "--out", "{tmp}/study", "--quiet"]
 HF_SERVER_BAD = 'hf_server="sglang:http://[::1"'
+HF_SERVER_9 = 'hf_server="sglang:http://127.0.0.1:9"'
+
+# The run directory's files a resume reads or appends to, each replaced by a FIFO in a copy.
+RUN_FIFOS = {
+    "config.json": "config",
+    "metrics.jsonl": "metrics",
+    "ledger.jsonl": "ledger",
+    "resumes.jsonl": "resumes",
+    "baselines.json": "baselines",
+    "wandb-run-id": "wandb",
+    "config.digest": "digest",
+    "lock": "lock",
+    "checkpoints/train-state.pt": "state",
+    "episodes/g000000-r00.msgpack": "episode",
+}
+# `collective experiment signs-of-life`: (its arguments, a fragment of the one-line error)
+EXPERIMENT: list[tuple[list[str], str]] = [
+    (["--seeds", "-1"], "--seeds: expected a whole number >= 0, got '-1'"),
+    (["--seeds", str(2**70)], f"--seeds {2**70}: at most 1,000"),
+    (["--steps", "-1"], "--steps: expected a whole number >= 0, got '-1'"),
+    (["--steps", str(2**70)], "steps must be >= 1 (a 64-bit integer)"),
+    (["--instances", "-1"], "--instances: expected a whole number >= 0"),
+    (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["--only", "nope"], "--only: unknown variants ['nope']"),
+    (["--only", "per_agent"], "--only must include main"),
+    (["--seeds", "abc"], "--seeds: expected a whole number >= 0, got 'abc'"),
+    (["--nosuch"], "unrecognized arguments: --nosuch"),
+]
+# (command, flag, text, fragment): numbers in the syntaxes a flag once took and --param did not
+NUMBERS: list[tuple[list[str], str, str, str]] = [
+    (
+        ["study", "scale", "", *STUDY],
+        "--agents",
+        "1,,2",
+        "comma-separated whole numbers, got '1,,2'",
+    ),
+    (
+        ["study", "scale", "", *STUDY],
+        "--agents",
+        "1,2,",
+        "comma-separated whole numbers, got '1,2,'",
+    ),
+    (["check", "tally"], "--limits", "100,,200", "comma-separated numbers, got '100,,200'"),
+    (["run", "tally"], "--agents", "\u0663", "digits are 0-9"),
+    (["run", "tally"], "--agents", "\uff13", "digits are 0-9"),
+    (["run", "tally"], "--agents", " 3", "no spaces around a number"),
+    (["run", "tally"], "--agents", "1_0", "no _ in a number"),
+    (["run", "tally"], "--seed", "0x10", "expected a whole number, got '0x10'"),
+    (["run", "tally"], "--time-limit", "\u0661\u0662", "digits are 0-9"),
+    (["run", "tally"], "--param", "target= 12 ", "spaces around the value"),
+    (["run", "tally"], "--param", "target=\u0661\u0662", "digits are 0-9"),
+    (["run", "tally"], "--param", "target=\uff11\uff12", "digits are 0-9"),
+    (["show", "{episode}"], "--limit", "\u0663", "digits are 0-9"),
+    (["trace", "{episode}"], "--agents", "0,,2", "expected ids and ranges like 0-9,42, got ''"),
+    (["replay", "{episode}"], "--until", "1e", "expected a number, got '1e'"),
+]
 
 # (id, argv, exit code, fragment of the message)
 CASES: list[tuple[str, list[str], int, str]] = [
@@ -66,7 +123,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("checkpoint missing", ["run", "tally", "--policy", "tiny:{tmp}/x.pt"], 2, "no such check"),
     ("checkpoint garbage", ["run", "tally", "--policy", "tiny:{garbage}"], 2, "not a readable"),
     ("bad clock", ["run", "tally", "--clock", "sundial"], 2, "invalid choice"),
-    ("agents not a number", ["run", "tally", "--agents", "10**12"], 2, "invalid int value"),
+    ("agents not a number", ["run", "tally", "--agents", "10**12"], 2, "whole number, got '10**"),
     # -- run: a world's definition, checked before the first event ------------------------------
     ("tool named msg", ["run", "{prim}:Prim"], 2, "Prim.msg: a tool may not be named like the"),
     ("negative duration", ["run", "{negdur}:Slow"], 2, "Slow.go: duration must be a finite number"),
@@ -109,11 +166,24 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("check limit past T", ["check", "tally", "--limits", "700"], 2, "must be in (0, T = 600]"),
     ("check time limit nan", ["check", "tally", "--time-limit", "nan"], 2, "must be finite"),
     ("check has no targets", ["check", "tally", "--targets", "2"], 2, "unrecognized arguments"),
+    (  # every episode of a check runs at once and is kept: the total, before any is built
+        "check seeds 2^70",
+        ["check", "tally", "--seeds", str(2**70)],
+        2,
+        f"check: {4 * 2**70:,} episodes at once ({2**70:,} seeds x 4 rollouts of 4 agents) need",
+    ),
+    ("check rollouts 2^70", ["check", "tally", "--rollouts", str(2**70)], 2, "rollouts of 4 age"),
+    (
+        "study seeds 2^70",
+        ["study", "scale", "", "--seeds", str(2**70), *STUDY],
+        2,
+        f"study: a cell of {2**70:,} episodes: {2**70:,} agents need at least",
+    ),
     (
         "study no agents",
         ["study", "scale", "", "--agents", "", *STUDY],
         2,
-        "expected comma-separated numbers, got ''",
+        "expected comma-separated whole numbers, got ''",
     ),
     ("study target 2", ["study", "scale", "", "--targets", "2", *STUDY], 2, "--targets (2.0,)"),
     ("study limit nan", ["study", "scale", "", "--limits", "nan", *STUDY], 2, "--limits (nan,)"),
@@ -540,6 +610,149 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("state garbage", ["train", "--resume", "{run_garbage}"], 2, "not a readable training state"),
     ("state truncated", ["train", "--resume", "{run_trunc}"], 2, "not a readable training state"),
     ("[model] edited", ["train", "--resume", "{run_width}"], 2, "size mismatch"),
+    # -- train --resume: a run directory's own files are inputs like any other -----------------
+    *[
+        (f"resume: {name} a FIFO", ["train", "--resume", "{run_fifo_" + key + "}"], 2, "is a FIFO")
+        for name, key in RUN_FIFOS.items()
+    ],
+    ("resume: metrics torn", ["train", "--resume", "{run_torn_m}"], 2, "line 1 is cut short"),
+    ("resume: ledger torn", ["train", "--resume", "{run_torn_l}"], 2, "ledger.jsonl: step 0's"),
+    (
+        "resume: a torn metrics line, extended",
+        ["train", "--resume", "{run_torn_m}", "--set", "steps=4"],
+        2,
+        "metrics.jsonl: step 0's line is lost",
+    ),
+    (
+        "resume: ledger out of order",
+        ["train", "--resume", "{run_twice}"],
+        2,
+        "line 1: step 1 where",
+    ),
+    (
+        "resume: a line cut mid-file",
+        ["train", "--resume", "{run_cut_mid}"],
+        2,
+        "line 1: not a whole",
+    ),
+    (
+        "resume: a planted episode",
+        ["train", "--resume", "{run_planted}"],
+        2,
+        "g000002-r01.msgpack: not the episode this run plays as group 2 member 1 (its world_seed",
+    ),
+    (
+        "resume: an episode of another version",
+        ["train", "--resume", "{run_version}"],
+        2,
+        "(policy version 7, where the run plays it with version(s) [0])",
+    ),
+    # -- replay: a commons version the record does not hold ------------------------------------
+    ("commons version 999", ["replay", "{commons_999}"], 2, "says version 999, but the episode"),
+    ("commons version -5", ["replay", "{commons_-5}"], 2, "says version -5, but the episode"),
+    ("commons version 2^63+5", ["replay", "{commons_big}"], 2, f"says version {2**63 + 5}, but"),
+    ("commons as recorded", ["replay", "{commons_ok}"], 0, '"replay": "identical"'),
+    (
+        "commons 2^70 in a run",
+        ["run", "library", "--param", 'library={{"version": ' + str(2**70) + "}}"],
+        2,
+        "integers must be within -2**63..2**64-1",
+    ),
+    (
+        "commons 999 in a run",
+        ["run", "library", "--param", 'library={{"version": 999}}'],
+        2,
+        "not pinned",
+    ),
+    # -- replay: a policy that cannot be reached is bad input, not a divergence ----------------
+    (
+        "replay: sglang not there",
+        ["replay", "{episode}", "--policy", "sglang:http://127.0.0.1:9"],
+        2,
+        "SGLang server http://127.0.0.1:9 cannot be reached",
+    ),
+    # -- experiment: the command line's rules -------------------------------------------------
+    *[
+        (
+            f"experiment {' '.join(args)}",
+            ["experiment", "signs-of-life", *args, "--out", "{tmp}/sol"],
+            2,
+            frag,
+        )
+        for args, frag in EXPERIMENT
+    ],
+    # -- a world file that raises KeyboardInterrupt at import: its error, not a Ctrl-C -------
+    ("world file KeyboardInterrupt", ["run", "{ki}:W"], 2, "ki.py failed: KeyboardInterrupt"),
+    # -- numbers: one syntax for every flag and --param ----------------------------------------
+    *[
+        (f"number {flag} {text!r}", [*cmd, flag, text], 2, frag)
+        for cmd, flag, text, frag in NUMBERS
+    ],
+    # -- errors from other libraries, as one line ---------------------------------------------
+    ("hf:DIR weights torn", ["run", "tally", "--policy", "hf:{model_torn}"], 2, "SafetensorError"),
+    (
+        "hf:DIR weights garbage",
+        ["run", "tally", "--policy", "hf:{model_junk}"],
+        2,
+        "cannot be read",
+    ),
+    (
+        "hf_model weights torn",
+        [*TRAIN, "--set", 'backend="hf"', "--set", "hf_model={model_torn}"],
+        2,
+        "its weights cannot be read (truncated or corrupt?): SafetensorError",
+    ),
+    (  # the model loads, then the server is not there: the error is the only line
+        "hf_model loads, its server is not there",
+        [*TRAIN, "--set", 'backend="hf"', "--set", "hf_model={model_ok}", "--set", HF_SERVER_9],
+        2,
+        "SGLang server http://127.0.0.1:9 cannot be reached",
+    ),
+    (
+        "commons 2^70 with --out",
+        [
+            "run",
+            "library",
+            "--param",
+            'library={{"version": ' + str(2**70) + "}}",
+            "--out",
+            "{tmp}/c.msgpack",
+        ],
+        2,
+        "integers must be within -2**63..2**64-1",
+    ),
+    # -- limits as totals and combinations -----------------------------------------------------
+    ("weights sum to inf", ["train", "{mix_inf}", "--out", "{newrun}"], 2, "weights sum to inf"),
+    (
+        "baselines 10^9 a world",
+        ["train", "{mix_big}", "--out", "{newrun}"],
+        2,
+        "baselines: 2,000,000,000 episodes kept (1,000,000,000 a world) need at least",
+    ),
+    (
+        "world beside [[worlds]], at its default",
+        ["train", "{mix_world}", "--out", "{newrun}"],
+        2,
+        "[[worlds]] replaces world (each world has its own)",
+    ),
+    (
+        "--set world beside [[worlds]]",
+        ["train", "{mix_ok}", "--out", "{newrun}", "--set", "world=workshop"],
+        2,
+        "[[worlds]] replaces world",
+    ),
+    (
+        "fork budget 10^9",
+        [*TRAIN, "--set", "advantage=turn", "--set", "fork_samples=1000000000"],
+        2,
+        "2 x 1,000,000,000 = 2,000,000,000 forks a rollout (12,000,000,000 fork episodes a step",
+    ),
+    (
+        "fork budget 1001",
+        [*TRAIN, "--set", "advantage=turn", "--set", "fork_turns=1001", "--set", "fork_samples=1"],
+        2,
+        "at most 1,000 forks a rollout",
+    ),
     # -- plot ----------------------------------------------------------------------------------
     ("plot nothing", ["plot", "{tmp}/none"], 2, "no metrics.jsonl"),
     ("plot over its metrics", ["plot", "{run_plotlink}"], 2, "is an input of this command"),
@@ -576,6 +789,29 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     p["exits"].write_text("import sys\n\nsys.exit(3)\n")
     p["base"] = tmp / "base.py"
     p["base"].write_text("raise BaseException('no')\n")
+    p["ki"] = tmp / "ki.py"
+    p["ki"].write_text("raise KeyboardInterrupt\n")
+    # Mixes of worlds whose totals or combinations cannot be run.
+    mix = "steps = 1\ngroups_per_step = 2\ngroup_size = 2\nplots = false\n"
+    two = '[[worlds]]\nworld = "tally"\nname = "a"\n{}[[worlds]]\nworld = "tally"\nname = "b"\n{}'
+    for name, text in (
+        ("mix_ok", mix + two.format("", "")),
+        ("mix_world", 'world = "workshop"\n' + mix + two.format("", "")),
+        ("mix_inf", mix + two.format("weight = 1e308\n", "weight = 1e308\n")),
+        ("mix_big", mix + "baseline_episodes = 1000000000\n" + two.format("", "")),
+    ):
+        p[name] = tmp / f"{name}.toml"
+        p[name].write_text(text)
+    # A small LM whose weights file is cut in half, and one whose weights are junk.
+    p["model_ok"] = tmp / "model_ok"
+    make_tiny_lm(p["model_ok"])
+    p["model_torn"] = tmp / "model_torn"
+    shutil.copytree(p["model_ok"], p["model_torn"])
+    weights = p["model_torn"] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    p["model_junk"] = tmp / "model_junk"
+    shutil.copytree(p["model_torn"], p["model_junk"])
+    (p["model_junk"] / "model.safetensors").write_bytes(b"\x10" + b"\x00" * 7 + b"{junk" * 9)
 
     ep = run_episode(
         EpisodeConfig(world="workshop", agents=3, time_limit=120, tokenizer="bytes"),
@@ -612,6 +848,17 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     forge("forged_logprob", lambda d: d["turns"][0]["logprobs"].__setitem__(0, 3.0))
     forge("forged_lp", lambda d: d["turns"][2]["logprobs"].__setitem__(0, -0.125))
     forge("other_config", lambda d: d["config"].update(policy="someone else"))
+    # An episode of version 1 with its commons (version 1), and forgeries naming another one.
+    held = {"library": {"version": 1, "entries": ["key-3"]}}
+    lib = run_episode(
+        EpisodeConfig(world="library", agents=2, time_limit=60, params=held, policy_version=1),
+        RandomPolicy(),
+    )
+    files["commons_ok"] = episode_file_bytes(lib)
+    for name, version in (("999", 999), ("-5", -5), ("big", 2**63 + 5)):
+        d = msgspec.to_builtins(lib)
+        d["config"]["params"]["library"]["version"] = version
+        files[f"commons_{name}"] = episode_file_bytes(msgspec.convert(d, type=type(lib)))
     # An unknown field cannot come from the module's writer: seal the bytes by hand.
     d = msgspec.to_builtins(ep)
     d["turns"][0]["reward"] = 1.0
@@ -690,6 +937,47 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             cfg.write_text(cfg.read_text().replace("d_model = 32", "d_model = 48"))
             (copy / "config.json").unlink()
         p[f"run_{kind}"] = copy
+
+    # Damaged copies of the stopped run (checkpoint at step 1, metrics and ledger one line).
+    def damaged(name: str, damage: Callable[[Path], object]) -> None:
+        copy = tmp / f"run_{name}"
+        shutil.copytree(p["run"], copy)
+        damage(copy)
+        p[f"run_{name}"] = copy
+
+    for path, key in RUN_FIFOS.items():
+        damaged(
+            f"fifo_{key}", lambda r, f=path: (r / f).unlink(missing_ok=True) or os.mkfifo(r / f)
+        )
+    damaged(
+        "torn_m",
+        lambda r: (r / "metrics.jsonl").write_bytes((r / "metrics.jsonl").read_bytes()[:-9]),
+    )
+    damaged(
+        "torn_l", lambda r: (r / "ledger.jsonl").write_bytes((r / "ledger.jsonl").read_bytes()[:-9])
+    )
+    damaged(
+        "twice",
+        lambda r: (r / "ledger.jsonl").write_text(
+            (r / "ledger.jsonl").read_text().replace('"step":0', '"step":1')
+        ),
+    )
+    damaged(
+        "cut_mid",
+        lambda r: (r / "metrics.jsonl").write_bytes(
+            (r / "metrics.jsonl").read_bytes()[:40] + b"\n" + (r / "metrics.jsonl").read_bytes()
+        ),
+    )
+    episodes = p["run"] / "episodes"
+    damaged(
+        "planted",
+        lambda r: shutil.copy(episodes / "g000000-r01.msgpack", r / "episodes/g000002-r01.msgpack"),
+    )
+    later = load_episode(episodes / "g000000-r00.msgpack")
+    later = msgspec.structs.replace(
+        later, config=msgspec.structs.replace(later.config, policy_version=7)
+    )
+    damaged("version", lambda r: save_episode(later, r / "episodes/g000002-r00.msgpack"))
     # A run whose plots/returns.png links to its own metrics: plot must not write through it.
     p["run_plotlink"] = tmp / "run_plotlink"
     shutil.copytree(p["run"], p["run_plotlink"])

@@ -20,7 +20,8 @@ import structlog
 import torch
 import trio
 
-from policy.base import PolicyError
+from collective import ActionSpace, ToolSpec
+from policy.base import PolicyError, PolicyRequest
 from policy.hf.model import HFModel
 from policy.sglang import SGLangPolicy, parse_spec
 from policy.sglang.weights import (
@@ -318,6 +319,41 @@ def test_a_hung_broadcast_ends_at_the_deadline_and_falls_back(fake, learner, tmp
     warnings = [e["event"] for e in logs if e["log_level"] == "warning"]
     assert len(warnings) == 1 and "hung collective" in warnings[0] and fake.url in warnings[0]
     assert saver.calls == 1 and fake.weight_version == "2" and holds(fake, learner)
+
+
+def test_an_update_past_its_total_deadline_is_one_error_and_the_next_one_mends_it(
+    fake, learner, tmp_path
+):
+    """Each call is within its own bound (timeout 5 s, the load answers after 3 s), yet the
+    update as a whole is past ``update_deadline`` (1 s): one error naming it, in about that
+    time, the server resumed, and nothing generated until an update reaches every server."""
+    fake.weight_faults = ["hang"]
+    fake.hang = 3.0
+    policy = client(fake.url, update_deadline=1.0)
+    saver = Saver(learner, tmp_path / "v1")
+    started = time.monotonic()
+    with pytest.raises(PolicyError, match=r"did not finish within update_deadline=1s") as e:
+        update(policy, learner, saver)
+    assert time.monotonic() - started < 2.5 and "\n" not in str(e.value)
+    assert policy.version == 0 and not fake.paused
+    with pytest.raises(PolicyError, match="nothing is generated until an update reaches"):
+        trio.run(policy.generate, one_request())
+    time.sleep(fake.hang)  # (the stand-in's hung call ends)
+    update(policy, learner, saver, version=2)
+    assert fake.weight_version == "2" and policy.version == 2 and holds(fake, learner)
+
+
+def one_request() -> list[PolicyRequest]:
+    space = ActionSpace((ToolSpec("wait", (), ""),))
+    return [PolicyRequest(agent=0, turn=0, prompt="x", space=space, seed=1, max_tokens=8)]
+
+
+def test_the_spec_takes_the_update_deadline_in_the_one_number_syntax():
+    assert parse_spec("http://a:1 update-deadline=30").update_deadline == 30.0
+    assert parse_spec("http://a:1").update_deadline == 1800.0
+    for bad in ("inf", "0", "-5", "\u0663\u0660", "1_0", "thirty"):
+        with pytest.raises(ValueError, match="update-deadline must be a number of seconds"):
+            parse_spec(f"http://a:1 update-deadline={bad}")
 
 
 # -- the spec ------------------------------------------------------------------------------------

@@ -142,8 +142,10 @@ def _check(base: Path, name: str, value: int | float) -> None:
         settings_.append('advantage="turn"')
     if name in COMMONS_ONLY:  # (and these without commons = "credit")
         settings_.append('commons="credit"')
-    if name in MIX_ONLY:  # (and these without [[worlds]], which replaces the top-level world)
-        settings_ += ['worlds=[{world = "tally"}]', 'world="workshop"']
+    if name in MIX_ONLY:  # (and these without [[worlds]], which replaces the top-level world,
+        settings_.append('worlds=[{world = "tally"}]')  # refused beside it even at its default)
+        base = base.with_name("no-world.toml")
+        base.write_text("")
     fits_type = isinstance(value, int) or HINTS[name] is float
     try:
         cfg = load_config(base, settings_)
