@@ -141,6 +141,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         clock=a.clock,
         latency=latency_preset(a.latency),
         max_events=a.max_events,
+        temperature=a.temperature,
+        top_p=a.top_p,
     )
     # Everything checked before anything runs: a bad world, size or output path is one line
     # now, not a traceback after the whole episode.
@@ -620,6 +622,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=EpisodeConfig().max_events,
         help="stop the episode after this many events (default %(default)s; reported when reached)",
+    )
+    r.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
+    )
+    r.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="nucleus sampling: the most likely tokens whose mass reaches it (default 1.0: all; "
+        "hf:DIR only); recorded in the episode",
     )
     r.add_argument("--out", help="write the episode here (msgpack)")
 

@@ -272,7 +272,7 @@ class HFBackend:
         model.load_trainable_state(weights)
 
     def logprob_kwargs(self) -> dict[str, Any]:
-        return {"entropy_grad": self.cfg.entropy_coef > 0}
+        return {"entropy_grad": self.cfg.entropy_coef > 0, "top_p": self.cfg.top_p}
 
     def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
         """A copy of ``model`` (its architecture and adapters) holding ``weights``."""

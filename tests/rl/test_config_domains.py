@@ -69,6 +69,7 @@ SPEC: dict[str, Callable[[Any], bool]] = {
     "hf_batch": at_least(1),
     "weight_decay": finite_non_negative,
     "temperature": finite_positive,
+    "top_p": lambda x: 0 < x <= 1,
     "max_output_tokens": at_least(1),
     "snapshot_every": at_least(1),
     "commons_size": at_least(1),
@@ -172,6 +173,7 @@ def test_a_setting_the_tiny_backend_would_ignore_is_refused(field: str) -> None:
         "gradient_checkpointing": True,
         "logit_chunk": 64,
         "hf_batch": 2,
+        "top_p": 0.9,
     }[field]
     with pytest.raises(ValueError, match=rf"backend = 'tiny' ignores {field} = "):
         TrainConfig(**{field: changed})  # type: ignore[arg-type]
