@@ -351,7 +351,11 @@ def build_model(kind: str, path: Path) -> Path:
 
     aside = path.with_name(f".{path.name}.building-{os.getpid()}")
     shutil.rmtree(aside, ignore_errors=True)
-    MAKERS[kind](aside, seed=0)
+    try:
+        MAKERS[kind](aside, seed=0)
+    except BaseException:  # nothing half-built is left (smollm2-135m's is half a gigabyte)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
     try:
         aside.rename(path)
     except OSError:  # another run built it meanwhile: theirs is the same bytes

@@ -129,7 +129,8 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # (collective/rl/roles.py); false: every trained role shares one policy.
     role_policies: bool = False
     hf_model: str = ""  # backend = "hf": a local model directory to start from
-    hf_build: Literal["", "tiny-lm"] = ""  # build hf_model thus (make-model) if it is absent
+    # build hf_model thus (make-model) if it is absent
+    hf_build: Literal["", "tiny-lm", "smollm2-135m"] = ""
     hf_server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."
     # -- the hf learner ---------------------------------------------------------------------
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when torch sees a GPU
