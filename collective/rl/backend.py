@@ -219,6 +219,11 @@ class HFBackend:
                 not cfg.hf_server or cfg.hf_server.startswith("sglang:"),
                 f"hf_server must be '' (in-process) or 'sglang:...', got {cfg.hf_server!r}",
             ),
+            (
+                not cfg.hf_server or cfg.top_p == 1.0,
+                f"top_p = {cfg.top_p} is sampled in-process only (hf_server = ''): the SGLang "
+                "client samples with top_p = 1",
+            ),
         ]  # (the numbers' domains are the config's own: collective.rl.config.DOMAINS)
         for ok, msg in checks:
             if not ok:

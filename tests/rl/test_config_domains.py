@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -180,3 +181,19 @@ def test_a_setting_the_tiny_backend_would_ignore_is_refused(field: str) -> None:
     assert TrainConfig(backend="hf", **{field: changed}).backend == "hf"  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ignores device = 'cuda'"):
         TrainConfig(device="cuda")
+
+
+def test_a_nucleus_reaches_every_episode_and_the_learner(tmp_path: Path) -> None:
+    """``top_p`` goes into each rollout's episode config (what samples it, and what the record
+    keeps) and into the learner's logprobs (what scores it), or is refused where a server
+    would sample without it."""
+    from collective.rl.backend import HFBackend
+    from collective.rl.rollouts import first_configs
+
+    cfg = TrainConfig(backend="hf", hf_model="m", top_p=0.8)
+    assert [c.nucleus for c in first_configs(cfg)] == [0.8] * len(first_configs(cfg))
+    assert HFBackend(cfg, tmp_path).logprob_kwargs()["top_p"] == 0.8
+    served = TrainConfig(backend="hf", hf_model="m", top_p=0.8, hf_server="sglang:http://h:1")
+    with pytest.raises(ValueError, match=r"top_p = 0.8 is sampled in-process only"):
+        HFBackend(served, tmp_path)
+    assert {c.top_p for c in first_configs(TrainConfig())} == {msgspec.UNSET}
