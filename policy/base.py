@@ -30,6 +30,7 @@ class PolicyRequest(msgspec.Struct, frozen=True, kw_only=True):
     seed: int  # derived from (episode sample seed, agent, turn): the request's own stream
     max_tokens: int = 64
     temperature: float = 1.0
+    top_p: float = 1.0  # nucleus: the most likely tokens whose mass reaches it (1.0: all)
     asked: float = 0.0  # simulated time of the request (forks switch policy by it)
     version: int = -1  # the policy version the episode is pinned to (-1: the backend's latest)
     role: str = ""  # the asking agent's role (a ``RolePolicy`` answers each role with its own)

@@ -206,6 +206,7 @@ class Actor:
             seed=derive_more(self.seed_root, turn),  # derive(sample_seed, id, turn)
             max_tokens=cfg.max_output_tokens,
             temperature=cfg.temperature,
+            top_p=cfg.nucleus,
             asked=ep.now,
             # The pin is the trained policy's: a frozen policy has one version, for good.
             version=cfg.policy_version if self.policy_key == "trained" else -1,

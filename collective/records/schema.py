@@ -238,6 +238,10 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_wait: int = 600  # longest wait an agent may ask for, seconds
     max_output_tokens: int = 64
     temperature: float = 1.0
+    # Nucleus sampling: only the most likely tokens whose mass reaches top_p (SGLang's rule).
+    # UNSET stands for 1.0 (none) and is left out of the record, so an episode sampled without
+    # it is the same bytes as before the field existed (``nucleus`` reads it as a number).
+    top_p: float | msgspec.UnsetType = msgspec.UNSET
     max_events: int = 5_000_000  # a guard against a world whose tools take no time
     keep_prompts: bool = True
     policy: str = ""  # the policy that ran it, as a description
@@ -271,11 +275,19 @@ class EpisodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             (self.max_wait >= 1, "max_wait must be >= 1"),
             (self.max_output_tokens >= 1, "max_output_tokens must be >= 1"),
             (self.temperature > 0, "temperature must be > 0"),
+            (0 < self.nucleus <= 1, "top_p must be in (0, 1]"),
             (_depth(self.params) <= MAX_DEPTH, f"params nest deeper than {MAX_DEPTH} levels"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"episode config: {msg}")
+        if self.top_p == 1.0:  # one spelling of "no nucleus": the same bytes either way
+            self.top_p = msgspec.UNSET
+
+    @property
+    def nucleus(self) -> float:
+        """``top_p`` as a number (1.0: every token the grammar allows may be sampled)."""
+        return 1.0 if self.top_p is msgspec.UNSET else self.top_p
 
 
 class Stats(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

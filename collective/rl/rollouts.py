@@ -82,6 +82,7 @@ def episode_config(
         latency=latency_preset(cfg.latency),
         max_output_tokens=cfg.max_output_tokens,
         temperature=cfg.temperature,
+        top_p=cfg.top_p,
         policy=f"{cfg.backend} (training)",
         policy_version=version,
         tokenizer="bytes" if cfg.backend == "tiny" else "",

@@ -45,8 +45,11 @@ def train_digest(cfg: TrainConfig) -> str:
     """The digest of a training run: its full resolved config, every field it reads (the
     turn-credit settings only under ``advantage = "turn"``: :data:`TURN_ONLY`; the mix's only
     with ``[[worlds]]``: :data:`MIX_ONLY`), so a run made before those settings existed keeps
-    its digest; ``role_policies`` and the commons' settings only when on)."""
+    its digest; ``role_policies`` and the commons' settings only when on; ``top_p`` only below
+    1)."""
     fields = msgspec.to_builtins(cfg)
+    if cfg.top_p == 1.0:
+        fields.pop("top_p")
     if not cfg.role_policies:
         fields.pop("role_policies")
     if cfg.commons == "off":

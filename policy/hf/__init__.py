@@ -5,8 +5,9 @@ same ids); :mod:`.grammar` compiles the action grammar to xgrammar token masks a
 masked distribution sampled and scored; :mod:`.model` is the model as the learner trains it
 (:class:`HFModel`: exact masked logprobs, chunked); :mod:`.policy` samples it in this process
 (``--policy hf:DIR``); :mod:`.make` writes the ``tiny-lm`` model directory of ``collective
-make-model``. ``prompt`` imports nothing of ours but ``collective.base``; the others build on it
-and on ``grammar`` in that order.
+make-model`` and :mod:`.pretrained` its ``smollm2-135m``, from the GGUF of a registry wheel.
+``prompt`` imports nothing of ours but ``collective.base``; the others build on it and on
+``grammar`` in that order.
 """
 
 from policy.hf.grammar import FORBIDDEN as FORBIDDEN

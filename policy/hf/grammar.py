@@ -13,7 +13,11 @@ moment they are applied, where :func:`unpack` turns a slice of them into boolean
 device of the logits. Both sides apply them through :func:`masked_logits`, so "the same
 distribution" is one function, not two that must agree:
 
-    logits / temperature, forbidden tokens set to FORBIDDEN, then (log-)softmax.
+    logits / temperature, forbidden tokens set to FORBIDDEN, then (log-)softmax;
+
+and with ``top_p`` below 1, the tokens outside the nucleus set to FORBIDDEN too, by SGLang's
+rule (``top_k_top_p`` in its sampler): sorted by probability, a token is kept while the mass
+of those before it is at most ``top_p``, so the most likely token always is.
 
 Stop tokens are the model's end-of-sequence ids (its generation config's, else the
 tokenizer's), as SGLang passes them to its grammar backend: once an action is complete the mask
@@ -117,10 +121,22 @@ def unpack(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return allowed.flatten(-2)[..., :vocab_size].bool()
 
 
-def masked_logits(logits: torch.Tensor, temperature: float, bitmask: torch.Tensor) -> torch.Tensor:
+def masked_logits(
+    logits: torch.Tensor, temperature: float, bitmask: torch.Tensor, top_p: float = 1.0
+) -> torch.Tensor:
     """The logits of the distribution sampled and scored: float32, over the temperature, with
-    every token the grammar forbids at FORBIDDEN. ``bitmask`` is packed, one row per row of
-    ``logits`` (moved to their device here)."""
+    every token the grammar forbids, and every token outside the ``top_p`` nucleus (module
+    docstring), at FORBIDDEN. ``bitmask`` is packed, one row per row of ``logits`` (moved to
+    their device here)."""
     allowed = unpack(bitmask.to(logits.device), logits.shape[-1])
     z = logits.float() / temperature  # a new tensor: the fill below may write into it
-    return z.masked_fill_(~allowed, FORBIDDEN)
+    z = z.masked_fill_(~allowed, FORBIDDEN)
+    if top_p < 1.0:
+        # Which tokens are in the nucleus is a choice, not a function to differentiate: chosen
+        # on detached probabilities; the kept logits keep their gradients.
+        with torch.no_grad():
+            p, order = torch.sort(torch.softmax(z, dim=-1), dim=-1, descending=True, stable=True)
+            outside = (torch.cumsum(p, dim=-1) - p) > top_p
+            outside = torch.zeros_like(outside).scatter_(-1, order, outside)
+        z = z.masked_fill(outside, FORBIDDEN)
+    return z

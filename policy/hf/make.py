@@ -26,13 +26,11 @@ from typing import Any
 import msgspec
 import torch
 
-#: Qwen's chat format: a turn is ``<|im_start|>ROLE\nCONTENT<|im_end|>\n``.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+from policy.hf.prompt import ONE_TURN_TEMPLATE
+
+#: Qwen's chat format: a turn is ``<|im_start|>ROLE\nCONTENT<|im_end|>\n``. ``tiny-lm`` reads a
+#: prompt as one user turn (``policy.hf.prompt``, which knows it by this template).
+CHAT_TEMPLATE = ONE_TURN_TEMPLATE
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 

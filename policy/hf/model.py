@@ -365,12 +365,13 @@ class HFModel:
         temperature: float = 1.0,
         *,
         entropy_grad: bool = False,
+        top_p: float = 1.0,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per sample, the log-probability of each output token (differentiable) and the entropy
         at each output position, under the distribution it was sampled from: the grammar's mask,
-        ``temperature``. The prompt is rebuilt as every sampler builds it (:func:`prompt_ids`).
-        The entropy carries a gradient only with ``entropy_grad`` (a loss with an entropy term:
-        the backend passes it)."""
+        ``temperature``, the ``top_p`` nucleus. The prompt is rebuilt as every sampler builds it
+        (:func:`prompt_ids`). The entropy carries a gradient only with ``entropy_grad`` (a loss
+        with an entropy term: the backend passes it)."""
         if not len(prompts) == len(outputs) == len(spaces):
             raise ValueError(
                 f"token_logprobs: {len(prompts)} prompts, {len(outputs)} outputs and "
@@ -378,6 +379,8 @@ class HFModel:
             )
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0 to score sampled tokens, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         for i, out in enumerate(outputs):
             bad = [t for t in out if not 0 <= t < self.vocab_size]
             if bad:
@@ -399,6 +402,7 @@ class HFModel:
                 [masks[i] for i in idx],
                 temperature,
                 entropy_grad,
+                top_p,
             )
             for i, a, b in zip(idx, lp, ent, strict=True):
                 logprobs[i], entropies[i] = a, b
@@ -419,6 +423,7 @@ class HFModel:
         masks: list[torch.Tensor],
         temperature: float,
         entropy_grad: bool = False,
+        top_p: float = 1.0,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """One forward pass over a batch. The prompt tokens every sequence shares (the chat
         header and the tool list: most of a prompt) go through the model once, and their keys
@@ -490,6 +495,7 @@ class HFModel:
                 bitmask[part],
                 temperature,
                 entropy_grad,
+                top_p,
             )
             if torch.is_grad_enabled():  # recompute the chunk's logits in backward, keep none
                 lp, ent = checkpoint(_chunk, *args, use_reentrant=False)
@@ -538,10 +544,11 @@ def _chunk(
     bitmask: torch.Tensor,
     temperature: float,
     entropy_grad: bool,
+    top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each target and entropy, for a chunk of output positions: logits exist only
-    here, ``[chunk, vocab]``, under the mask the sampler used."""
-    z = masked_logits(head(hidden), temperature, bitmask)
+    here, ``[chunk, vocab]``, under the mask (and nucleus) the sampler used."""
+    z = masked_logits(head(hidden), temperature, bitmask, top_p)
     # log_softmax, not logsumexp: on a CPU, torch's logsumexp takes a slow path over the
     # FORBIDDEN logits, log_softmax and softmax do not (bench/results/policy/README.md).
     logp_all = torch.log_softmax(z, dim=-1)

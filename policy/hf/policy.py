@@ -7,9 +7,9 @@ prefilled on its own, then every step is one forward over all the live requests
 
 - the prompt is the request's rendered through the model's chat template (:func:`prompt_ids`,
   the ids the SGLang client sends and the learner rebuilds);
-- every step fills the batch's xgrammar masks together and applies each request's mask and
-  temperature through :func:`policy.hf.grammar.masked_logits`, the very function the learner
-  scores with, and the sampled token's logprob under that distribution is reported;
+- every step fills the batch's xgrammar masks together and applies each request's mask,
+  temperature and ``top_p`` through :func:`policy.hf.grammar.masked_logits`, the very function
+  the learner scores with, and the sampled token's logprob under that distribution is reported;
 - token ``t`` is drawn with draw ``t + 1`` of ``collective.base.seeding.Stream(request.seed)``, by
   inverting the masked distribution's CDF (float64 running sum), so a seed names its tokens;
 - a request stops at a stop token (the grammar allows only those once the action is complete)
@@ -104,6 +104,8 @@ class HFPolicy:
                 raise PolicyError(f"{where}: temperature must be > 0, got {r.temperature}")
             if r.max_tokens < 1:
                 raise PolicyError(f"{where}: max_tokens must be >= 1, got {r.max_tokens}")
+            if not 0 < r.top_p <= 1:
+                raise PolicyError(f"{where}: top_p must be in (0, 1], got {r.top_p}")
             if r.version not in (-1, self.version):
                 raise PolicyError(
                     f"{where} is pinned to version {r.version}, but the model holds version "
@@ -210,7 +212,7 @@ class HFPolicy:
             for j, i in enumerate(live):
                 r = requests[i]
                 # a [1, vocab] row of its own: the same bits whatever shares the batch
-                z = masked_logits(logits[j : j + 1], r.temperature, bitmask[j : j + 1])[0]
+                z = masked_logits(logits[j : j + 1], r.temperature, bitmask[j : j + 1], r.top_p)[0]
                 logp = torch.log_softmax(z, dim=-1)
                 token = draw(logp, streams[i].random())
                 tokens[i].append(token)

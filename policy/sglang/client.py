@@ -1220,6 +1220,14 @@ class SGLangPolicy:
                 f"below {_MIN_TEMPERATURE} SGLang samples greedily and its logprobs are not the "
                 "sampling distribution's"
             )
+        if r.top_p != 1.0:
+            # The learner's ratios need the behaviour logprobs of the distribution sampled;
+            # whether SGLang's reported logprobs are taken before or after its nucleus is
+            # renormalised is not checked here, so a nucleus is sampled in-process only.
+            raise PolicyError(
+                f"{self.name}: agent {r.agent} turn {r.turn} asks top_p {r.top_p}; the SGLang "
+                "client samples with top_p = 1 only (hf:DIR samples a nucleus)"
+            )
         p: dict[str, Any] = {
             "temperature": r.temperature,
             "max_new_tokens": r.max_tokens,

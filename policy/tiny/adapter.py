@@ -203,6 +203,8 @@ class TinyModel:
             where = f"tiny policy: agent {r.agent} turn {r.turn}"
             if not r.temperature > 0:
                 raise PolicyError(f"{where}: temperature must be > 0, got {r.temperature}")
+            if r.top_p != 1.0:
+                raise PolicyError(f"{where}: the tiny model samples with top_p = 1 only")
             fitted.append(decode.fit_prompt(r.prompt, self._room(r.max_tokens, where)))
         tables = batch_tables([r.space for r in requests])
         for r, w in zip(requests, tables.which, strict=True):

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collective import ActionSpace
 from collective.rl.make_model import make_tiny_lm
 from tests.support.hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 
@@ -98,3 +99,17 @@ def test_the_command_line_builds_one_and_refuses_to_overwrite(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["make-model", "gpt5", str(tmp_path / "x")])
     assert "invalid choice: 'gpt5'" in capsys.readouterr().err
+
+
+def test_tiny_lm_reads_its_whole_prompt_as_one_user_turn(tiny_lm):  # noqa: F811
+    """Not as a chat model's system and user turns: its tokenizer was trained on the one-turn
+    rendering, and the runs recorded with it must read the same ids."""
+    from policy.hf.prompt import is_chat, load_tokenizer, prompt_text, render
+    from worlds.tally import Tally
+
+    space = ActionSpace(Tally(2).tool_specs())
+    tokenizer = load_tokenizer(tiny_lm)
+    assert not is_chat(tokenizer)
+    assert prompt_text(tokenizer, "count 3 of 20", space) == (
+        f"<|im_start|>user\n{render('count 3 of 20', space)}<|im_end|>\n<|im_start|>assistant\n"
+    )

@@ -105,6 +105,42 @@ def test_logprobs_are_of_the_masked_tempered_distribution(model):
     assert untempered[0].tolist() != pytest.approx(a.logprobs, abs=1e-3)
 
 
+def test_logprobs_are_of_the_nucleus_sampled_from(model):
+    """With ``top_p``, the sampler's logprobs are the renormalised nucleus's, and the learner
+    recomputes them (ratio 1 on-policy); the full distribution gives others."""
+    answers = HFPolicy(model).sample([request(i, temperature=0.8, top_p=0.5) for i in range(6)])
+    outs = [a.token_ids for a in answers]
+    prompts = [request(i).prompt for i in range(6)]
+    lps, _ = model.token_logprobs(prompts, outs, [SPACE] * 6, temperature=0.8, top_p=0.5)
+    for lp, a in zip(lps, answers, strict=True):
+        assert lp.tolist() == pytest.approx(a.logprobs, abs=1e-5)
+    full, _ = model.token_logprobs(prompts, outs, [SPACE] * 6, temperature=0.8)
+    assert torch.cat(full).tolist() != pytest.approx(torch.cat(lps).tolist(), abs=1e-3)
+    assert all(v <= 0 for lp in lps for v in lp.tolist())
+
+
+def test_the_nucleus_is_sglangs_the_most_likely_token_always_in():
+    """SGLang's rule: sorted by probability, a token stays while the mass before it is at most
+    top_p; tokens the grammar forbids stay forbidden."""
+    p = torch.tensor([[0.05, 0.5, 0.15, 0.3, 0.0]])
+    logits = torch.log(p.clamp(min=1e-12))
+    everything = torch.full((1, 1), -1, dtype=torch.int32)  # every bit set: all allowed
+
+    def kept(top_p: float) -> list[int]:
+        z = masked_logits(logits, 1.0, everything, top_p)
+        return [i for i in range(5) if z[0, i] > -1e29]
+
+    assert kept(1.0) == [0, 1, 2, 3, 4]
+    assert kept(0.7) == [1, 3]  # mass before: 0.5 for token 3, 0.8 for token 2
+    assert kept(0.85) == [1, 2, 3]
+    assert kept(0.01) == [1]
+    forbid_1 = torch.tensor([[~(1 << 1)]], dtype=torch.int32)
+    z = masked_logits(logits, 1.0, forbid_1, 0.5)  # 3 is now the most likely: 0.3 of 0.5
+    assert [i for i in range(5) if z[0, i] > -1e29] == [3]
+    z = masked_logits(logits, 1.0, forbid_1, 0.61)  # mass before 2: 0.6 (3 has 0.3 of 0.5)
+    assert [i for i in range(5) if z[0, i] > -1e29] == [2, 3]
+
+
 def test_the_unpacked_mask_is_xgrammars_own():
     """Our unpacking (used on every device, and differentiable) against xgrammar's CPU kernel."""
     import xgrammar as xgr

@@ -150,3 +150,21 @@ def test_a_whole_episode_saved_in_many_chunks_loads_as_it_was(
     assert len(stream.offsets) > 10
     assert load_episode(tmp_path / "ep.msgpack") == ep
     assert differences(stream, ep) == []
+
+
+def test_top_p_is_recorded_only_when_it_samples_a_nucleus() -> None:
+    """``top_p`` 1.0 (the default, or spelled out) leaves the record the bytes it was before
+    the field existed, so every recorded episode and golden digest stands; a nucleus is kept
+    and read back, and a record without the field reads as 1.0."""
+    plain = msgspec.msgpack.encode(EpisodeConfig())
+    assert msgspec.msgpack.encode(EpisodeConfig(top_p=1.0)) == plain
+    assert b"top_p" not in plain
+    old = msgspec.msgpack.decode(plain, type=EpisodeConfig)
+    assert old.nucleus == 1.0 and old.top_p is msgspec.UNSET
+    kept = msgspec.msgpack.decode(
+        msgspec.msgpack.encode(EpisodeConfig(top_p=0.9)), type=EpisodeConfig
+    )
+    assert kept.top_p == 0.9 == kept.nucleus
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+            EpisodeConfig(top_p=bad)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,6 +47,7 @@ SPEC: dict[str, Callable[[Any], bool]] = {
     "groups_per_step": at_least(1),
     "group_size": at_least(2),
     "seed": lambda x: 0 <= x <= 2**64 - 1,
+    "resample": at_least(0),
     "time_limit_start": finite_positive,
     "time_limit_end": finite_positive,
     "latency_penalty": finite_non_negative,
@@ -69,6 +71,7 @@ SPEC: dict[str, Callable[[Any], bool]] = {
     "hf_batch": at_least(1),
     "weight_decay": finite_non_negative,
     "temperature": finite_positive,
+    "top_p": lambda x: 0 < x <= 1,
     "max_output_tokens": at_least(1),
     "snapshot_every": at_least(1),
     "commons_size": at_least(1),
@@ -174,9 +177,26 @@ def test_a_setting_the_tiny_backend_would_ignore_is_refused(field: str) -> None:
         "gradient_checkpointing": True,
         "logit_chunk": 64,
         "hf_batch": 2,
+        "top_p": 0.9,
     }[field]
     with pytest.raises(ValueError, match=rf"backend = 'tiny' ignores {field} = "):
         TrainConfig(**{field: changed})  # type: ignore[arg-type]
     assert TrainConfig(backend="hf", **{field: changed}).backend == "hf"  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ignores device = 'cuda'"):
         TrainConfig(device="cuda")
+
+
+def test_a_nucleus_reaches_every_episode_and_the_learner(tmp_path: Path) -> None:
+    """``top_p`` goes into each rollout's episode config (what samples it, and what the record
+    keeps) and into the learner's logprobs (what scores it), or is refused where a server
+    would sample without it."""
+    from collective.rl.backend import HFBackend
+    from collective.rl.rollouts import first_configs
+
+    cfg = TrainConfig(backend="hf", hf_model="m", top_p=0.8)
+    assert [c.nucleus for c in first_configs(cfg)] == [0.8] * len(first_configs(cfg))
+    assert HFBackend(cfg, tmp_path).logprob_kwargs()["top_p"] == 0.8
+    served = TrainConfig(backend="hf", hf_model="m", top_p=0.8, hf_server="sglang:http://h:1")
+    with pytest.raises(ValueError, match=r"top_p = 0.8 is sampled in-process only"):
+        HFBackend(served, tmp_path)
+    assert {c.top_p for c in first_configs(TrainConfig())} == {msgspec.UNSET}
