@@ -32,7 +32,7 @@ import torch
 
 from collective.base.outputs import write_file
 from collective.studies.prior import SFT, make_prior, measure
-from collective.studies.signs_of_life import MODEL
+from collective.studies.setting import MODEL
 from policy.tiny import TinyModel, TinyPolicy
 
 OUT = Path(__file__).resolve().parent / "results" / "prior"

@@ -24,7 +24,7 @@ from collective.records import Episode, save_episode
 from collective.records.signs import signs
 from collective.rl.config import TrainConfig
 from collective.rl.sft import Epoch, SFTConfig, sft
-from collective.studies.signs_of_life import EVAL_T, LATENCY, MODEL, WORLD
+from collective.studies.setting import EVAL_T, LATENCY, MODEL, WORLD
 from policy import tokenizer
 from policy.scripted import PriorScript, ScriptedPolicy
 from policy.tiny import TinyModel

@@ -131,10 +131,10 @@ from collective.studies.resumable import (
     train_digest,
     train_exact,
 )
+from collective.studies.setting import EVAL_T, LATENCY, MODEL, WORLD
 from policy.scripted import ScriptedPolicy, workshop_scripts
-from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+from policy.tiny import TinyModel, TinyPolicy
 from policy.uniform import RandomPolicy
-from worlds.workshop import FINDINGS
 
 #: Where the results go by default: bench/results/signs_of_life in a checkout of the project
 #: (the figures its README cites), ./signs_of_life from an installed copy.
@@ -144,15 +144,9 @@ OUT = (
     if (_CHECKOUT / "bench" / "signs_of_life.py").exists()
     else Path("signs_of_life")
 )
-EVAL_T = 180.0  # the main run's last time limit: every policy is evaluated at it
 HORIZON = 16  # the solo may run this many times the collective's limit: it rarely gets there
 LOOSE = 720.0  # the no-pressure run's constant limit: the largest this run can afford (README)
-WORLD = dict(FINDINGS)  # worlds/workshop.py: each finding learnable, none forced (its tables)
-LATENCY = "tiny-paced"  # 50 ms an output token: tokens cost time, so a token budget binds
 PENALTY = 0.5  # the latency-penalty variant's beta (R = R_task - beta * pbar * T / T_max)
-# A context of 256 bytes holds the inbox in every prompt measured (128: about one in twenty;
-# the workshop docstring's table). Recorded in every checkpoint: older ones load with 128.
-MODEL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=256)
 # The fourth edition's training set-up (issue 43): every run starts from the pre-registered
 # prior (collective/studies/prior.py; bench/results/prior/README.md) unless its variant says
 # "scratch", at the learning rate bench/lr_sweep.py chose (bench/results/lr_sweep/README.md),
