@@ -109,6 +109,14 @@ def _have_matplotlib() -> bool:
     return True
 
 
+def _world_broke(name: str, line: str, a: argparse.Namespace) -> int:
+    """A bug in the world: one line, exit 2. With ``-v`` the world's traceback has been logged
+    already; the command's own (where it noticed) would read as a crash of the tool."""
+    hint = "" if a.verbose else " (-v for the traceback)"
+    say(f"collective {name}: error: {printable(' '.join(line.split()))}{hint}", file=sys.stderr)
+    return 2
+
+
 def _close(policy: Any) -> None:
     """Release what a policy holds (a server process it launched) once the command is done."""
     import trio
@@ -179,7 +187,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if ep.end == "world_error":  # a bug in the world: one line, the record kept
         kept = f"the episode is in {a.out}" if a.out else "--out FILE keeps the episode"
         told = world_error(open_episode(out) if out is not None else ep)  # streamed: in the file
-        raise ValueError(f"{told}; {kept} (-v for the traceback)")
+        return _world_broke("run", f"{told}; {kept}", a)
     if ep.end == "event_limit":
         say(
             f"collective run: stopped at the event limit ({cfg.max_events:,} events) at "
@@ -298,7 +306,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     for line in report.lines():
         say(printable(line))
     if report.world_error:  # a bug in the world: as `run` says it, exit 2
-        raise ValueError(f"{report.world_error} (-v for the traceback)")
+        return _world_broke("check", report.world_error, a)
     return 0 if report.ok else 1
 
 

@@ -294,6 +294,11 @@ class Checker:
         for f in ("score", "duration", "end"):
             if getattr(want, f) != getattr(got, f):
                 lines.append(f"{f}: {_r(getattr(want, f))} vs {_r(getattr(got, f))}")
+        if got.end == "replay_bound" != want.end:
+            lines[-1] += (
+                f" (the replay went past the record's {self.taken['events']:,} events and was "
+                "stopped one event later)"
+            )
         for f in type(want.stats).__struct_fields__:
             if getattr(want.stats, f) != getattr(got.stats, f):
                 lines.append(f"stats {f}: {getattr(want.stats, f)!r} vs {getattr(got.stats, f)!r}")

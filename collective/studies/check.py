@@ -33,7 +33,7 @@ from collective.base.latency import latency_preset
 from collective.engine.conductor import run_episode, run_episodes
 from collective.engine.registry import check_runnable, make_world, resolve_world
 from collective.records import Episode, EpisodeConfig, encode_episode, world_error
-from collective.replay import verify
+from collective.replay import differences, first_divergence, verify
 from policy.uniform import RandomPolicy
 
 SATURATED = 0.95  # a random team's mean score at or above this: nothing left to learn
@@ -60,7 +60,11 @@ class Report:
         return all(ok for ok, _ in self.findings)
 
     def lines(self) -> list[str]:
-        out = [f"{'ok  ' if ok else 'FAIL'}  {what}" for ok, what in self.findings]
+        out = []
+        for ok, what in self.findings:  # a finding's later lines indented under it
+            first, *more = what.split("\n")
+            out.append(f"{'ok  ' if ok else 'FAIL'}  {first}")
+            out += [f"      {line.strip()}" for line in more]
         out += [f"note  {n}" for n in self.notes]
         if self.table:
             out.append("random team's score at each time limit (mean; spread within a world seed;")
@@ -189,12 +193,12 @@ def check_world(
         )
     first = episodes[0]
     again = run_episode(configs[0], RandomPolicy())
-    if encode_episode(again) != encode_episode(first):
-        report.findings.append(
-            (False, "the same seed gave different episodes: randomness not from self.rng?")
-        )
+    deterministic = encode_episode(again) == encode_episode(first)
+    if not deterministic:
+        report.findings.append((False, f"the same seed gave different episodes: {_parted(first, again)}"))
     else:
         d = verify(first)
+        deterministic = d is None
         report.findings.append(
             (
                 True,
@@ -218,6 +222,12 @@ def check_world(
         how = "never falls (monotone = True)" if cls.monotone else "may fall (monotone = False)"
         report.findings.append((True, f"score in [0, 1] at every change; {how}"))
 
+    if not deterministic:
+        # A verdict read from episodes that the same seed does not repeat would judge noise.
+        report.notes.append(
+            "no verdict on whether there is something to learn until the world is deterministic"
+        )
+        return report
     chosen = sorted(set(limits)) if limits else [time_limit / 4, time_limit / 2, time_limit]
     for limit in chosen:
         scores = [score_before(ep, limit) for ep in episodes]
@@ -227,6 +237,31 @@ def check_world(
         report.table.append((limit, statistics.fmean(scores), spread, scored))
     report.verdict = _verdict(report.table)
     return report
+
+
+def _parted(first: Episode, again: Episode) -> str:
+    """Where two runs of one seed first part, and what differed: the first event (as ``replay``
+    names it), else the first other part of the record that differs."""
+    d = first_divergence(first.events, again.events)
+    if d is not None:
+        e, g = d.expected, d.got
+        what = ""
+        if e is not None and g is not None and type(e) is type(g):
+            fields = [f for f in type(e).__struct_fields__ if getattr(e, f) != getattr(g, f)]
+            what = "\n  differs in: " + "; ".join(
+                f"{f} {getattr(e, f)!r} vs {getattr(g, f)!r}"[:200] for f in fields
+            )
+            if "prompt" in fields:  # (a hash of the prompt is all an event keeps)
+                what += f" (what agent {e.agent} saw: observe() or its inbox differed)"
+        t = (e if e is not None else g).t
+        return (
+            f"the two runs part at event {d.index} (t={t!r})\n  first:  "
+            f"{'(ended)' if e is None else repr(e)}\n  second: {'(ended)' if g is None else repr(g)}"
+            f"{what}\n  something the world reads is not seeded: draw from self.rng, "
+            "never from time, the global random module, id() or a set's order"
+        )
+    lines = differences(first, again, config=False)
+    return f"the same events, but {lines[0] if lines else 'other bytes'}"
 
 
 def _first_fall(ep: Episode) -> float | None:

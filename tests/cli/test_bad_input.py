@@ -53,6 +53,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     # -- run: names ----------------------------------------------------------------------------
     ("unknown world", ["run", "atlantis"], 2, "unknown world 'atlantis'"),
     ("world file missing", ["run", "{tmp}/nowhere.py:W"], 2, "no file"),
+    (
+        "world file without its class",
+        ["run", str(HOSTILE)],
+        2,
+        f"is a file: name its World class, {HOSTILE}:ClassName ({HOSTILE} defines ",
+    ),
     ("no such class", ["run", f"{HOSTILE}:Nothing"], 2, "no World subclass named 'Nothing'"),
     ("module missing", ["run", "no_such_module_xyz:W"], 2, "cannot import module"),
     ("world without score()", ["run", f"{HOSTILE}:Scoreless"], 2, "defines no score() -> float"),

@@ -114,7 +114,8 @@ def test_a_replay_is_bounded_by_its_record_not_by_the_limits_it_declares(tmp_pat
     forged.write_bytes(episode_file_bytes(msgspec.convert(data, type=type(EPISODE))))
     done = cli("replay", str(forged), timeout=60)
     assert done.returncode == 1, done.stderr
-    assert "end: 'time_limit' vs 'event_limit'" in done.stdout
+    assert "end: 'time_limit' vs 'replay_bound' (the replay went past the record's " in done.stdout
+    assert "event_limit" not in done.stdout
 
 
 # -- outputs on file systems that cannot take them ------------------------------------------

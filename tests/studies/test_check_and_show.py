@@ -4,6 +4,8 @@ saw). Real episodes throughout; the verdicts are checked on worlds built to be e
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -15,6 +17,7 @@ from collective.cli import main
 from collective.studies.check import check_world, score_before
 from policy.uniform import RandomPolicy
 from tests.support import FRAGILE, ROOT
+from tests.support.busy import scaled
 
 GARDEN = f"{ROOT / 'examples' / 'garden.py'}:Garden"
 QUICK = ["--agents", "3", "--seeds", "2", "--rollouts", "3"]
@@ -126,3 +129,42 @@ def test_a_world_bug_run_writes_the_episode_and_show_names_the_bug(
         "raised RuntimeError: boom 7 at " + err.split(" at ")[-1].split(";")[0]
     )
     assert main(["replay", str(out), "--world", world]) == 0
+
+
+def test_check_names_where_two_runs_of_a_seed_part_and_gives_no_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A world that draws from the global random stream: the FAIL names the first event where
+    the two runs part and what differed, and no learnability verdict follows it (the scores of
+    a world that does not repeat itself say nothing of what a policy could learn)."""
+    assert main(["check", f"{FRAGILE}:Unseeded", *QUICK, "--time-limit", "60"]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("FAIL  the same seed"))
+    assert "the two runs part at event " in lines[at] and "(t=" in lines[at], lines[at]
+    assert lines[at + 1].startswith("      first:  ") and lines[at + 2].startswith("      second: ")
+    assert lines[at + 1] != lines[at + 2].replace("second:", "first: ")
+    assert lines[at + 3].startswith("      differs in: "), lines[at + 3]
+    assert "self.rng" in lines[at + 4]
+    assert "verdict:" not in out and "random team's score" not in out
+    assert "no verdict on whether there is something to learn" in out
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_verbose_on_a_world_error_shows_the_worlds_traceback_not_the_tools(command: str) -> None:
+    """``-v``: the world's traceback (logged where the bug happened), then the one line; not a
+    traceback of the command line's own, which would read as a crash of the tool."""
+    argv = [command, f"{FRAGILE}:Faulty", "--param", "bug=event"]
+    if command == "check":
+        argv += QUICK
+    done = subprocess.run(
+        [sys.executable, "-m", "collective.cli", "-v", *argv],
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "fragile.py" in done.stderr and "RuntimeError: boom 7" in done.stderr
+    assert "cli.py" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"collective {command}: error: world ") and "-v for" not in last
