@@ -96,6 +96,7 @@ def _summary(ep: Episode | EpisodeStream, wall: float, out: str | None) -> dict[
         "tokens": s.output_tokens,
         "messages": s.sent,
         "posts": s.posts,
+        "world_metrics": ep.world_metrics,  # the world's own ``metrics()`` at the end
         "wall_time": round(wall, 3),
         "out": out,
     }
@@ -354,6 +355,8 @@ def cmd_show(a: argparse.Namespace) -> int:
         f"# score {ep.score:.4f} after {ep.duration:.1f}s simulated ({ep.end}); "
         f"{ep.stats.turns} turns, {ep.stats.output_tokens} tokens, {ep.stats.sent} messages"
     )
+    if ep.world_metrics:  # the world's own metrics() at the end
+        say("# world metrics: " + ", ".join(f"{k} {v:g}" for k, v in ep.world_metrics.items()))
     if ep.end == "world_error":
         say(f"# {printable(world_error(ep))}")
     return 0

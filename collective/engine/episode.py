@@ -149,11 +149,11 @@ class LiveEpisode:
         self.replay = replay
         self.max_events = cfg.max_events
         self.capped = "event_limit"  # what reaching max_events ends the episode as
-        if replay is not None and replay.most_events is not None:
-            if replay.most_events < cfg.max_events:
-                # The replay's own bound, not the cap the record declares: named apart, so a
-                # diverged replay does not read as one that reached the 5,000,000-event cap.
-                self.max_events, self.capped = replay.most_events, "replay_bound"
+        bound = replay.most_events if replay is not None else None
+        if bound is not None and bound < cfg.max_events:
+            # The replay's own bound, not the cap the record declares: named apart, so a
+            # diverged replay does not read as one that reached the 5,000,000-event cap.
+            self.max_events, self.capped = bound, "replay_bound"
         self.cast = Cast(cfg)
         self.org = self.cast.org
         self.worlds = self.cast.worlds

@@ -195,7 +195,9 @@ def check_world(
     again = run_episode(configs[0], RandomPolicy())
     deterministic = encode_episode(again) == encode_episode(first)
     if not deterministic:
-        report.findings.append((False, f"the same seed gave different episodes: {_parted(first, again)}"))
+        report.findings.append(
+            (False, f"the same seed gave different episodes: {_parted(first, again)}")
+        )
     else:
         d = verify(first)
         deterministic = d is None
@@ -254,9 +256,10 @@ def _parted(first: Episode, again: Episode) -> str:
             if "prompt" in fields:  # (a hash of the prompt is all an event keeps)
                 what += f" (what agent {e.agent} saw: observe() or its inbox differed)"
         t = (e if e is not None else g).t
+        first_, second = ("(ended)" if x is None else repr(x) for x in (e, g))
         return (
-            f"the two runs part at event {d.index} (t={t!r})\n  first:  "
-            f"{'(ended)' if e is None else repr(e)}\n  second: {'(ended)' if g is None else repr(g)}"
+            f"the two runs part at event {d.index} (t={t!r})\n  first:  {first_}\n"
+            f"  second: {second}"
             f"{what}\n  something the world reads is not seeded: draw from self.rng, "
             "never from time, the global random module, id() or a set's order"
         )

@@ -4,6 +4,7 @@ saw). Real episodes throughout; the verdicts are checked on worlds built to be e
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +169,21 @@ def test_verbose_on_a_world_error_shows_the_worlds_traceback_not_the_tools(comma
     assert "cli.py" not in done.stderr, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"collective {command}: error: world ") and "-v for" not in last
+
+
+def test_run_and_show_summaries_carry_the_worlds_own_metrics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ep.msgpack"
+    assert (
+        main(
+            ["run", f"{FRAGILE}:Refuses", "--agents", "2", "--time-limit", "20", "--out", str(out)]
+        )
+        == 0
+    )
+    summary = json.loads(capsys.readouterr().out)
+    metrics = load_episode(out).world_metrics
+    assert metrics["count"] > 0 and summary["world_metrics"] == metrics
+    assert main(["show", str(out), "--limit", "1"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"# world metrics: count {metrics['count']:g}, rang {metrics['rang']:g}"
