@@ -786,7 +786,7 @@ def test_sizes_that_cannot_fit_are_refused_before_any_work(
         [*CLI, *(a.format(**env) for a in argv)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         preexec_fn=eight_gib,
     )
     took = time.monotonic() - t0
@@ -865,7 +865,7 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert done.returncode == 0, done.stderr
     whole = tmp_path / "whole"
@@ -873,7 +873,7 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
         [*CLI, "train", str(config), "--out", str(whole), "--quiet"],
         capture_output=True,
         env=env,
-        timeout=300,
+        timeout=scaled(300),
         check=True,
     )
 
@@ -910,7 +910,7 @@ def test_training_without_matplotlib_skips_the_plots_with_a_note(tmp_path: Path)
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"] == 1

@@ -31,6 +31,7 @@ from collective import EpisodeConfig, run_episode
 from collective.cli import main
 from collective.records import EpisodeFileError, episode_file_bytes, episode_parts, load_episode
 from policy.uniform import RandomPolicy
+from tests.support.busy import scaled
 from tests.support.hostile import seal_parts
 from tests.support.training import SMALL_TOML
 
@@ -46,7 +47,7 @@ def cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedP
         [*CLI, *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),  # quiet seconds, as long as the load makes them
         **kw,  # type: ignore[arg-type]
     )
 

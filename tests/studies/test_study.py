@@ -24,6 +24,7 @@ from collective.studies.study import (
 from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint
 from policy.uniform import RandomPolicy
+from tests.support.busy import scaled
 
 
 def test_scale_study_smoke(tmp_path: Path) -> None:
@@ -54,7 +55,7 @@ def test_scale_study_smoke(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert r.returncode == 0, r.stderr
     data = json.loads((out / "scale.json").read_text())
@@ -79,7 +80,7 @@ def _study(tmp_path: Path, world: str, *more: str) -> tuple[subprocess.Completed
         [sys.executable, "-m", "collective.cli", *study, *cell, "--out", str(out), *more],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert r.returncode == 0, r.stderr
     return r, json.loads((out / "scale.json").read_text())
@@ -113,7 +114,7 @@ def test_every_study_option_says_what_it_is() -> None:
         [sys.executable, "-m", "collective.cli", "study", "scale", "--help"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert r.returncode == 0
     lines = r.stdout.splitlines()
