@@ -289,26 +289,99 @@ def cmd_replay(a: argparse.Namespace) -> int:
 def cmd_check(a: argparse.Namespace) -> int:
     from collective.studies.check import check_world
 
-    report = check_world(
-        a.world,
-        dict(a.param),
-        agents=a.agents,
-        seeds=a.seeds,
-        rollouts=a.rollouts,
-        time_limit=a.time_limit,
-        latency=a.latency,
-        limits=a.limits or (),
-    )
-    params = f" {dict(a.param)}" if a.param else ""
+    world, params, like = a.world, dict(a.param), None
+    agents, rollouts = a.agents or 4, a.rollouts or 4
+    time_limit, latency = a.time_limit or 600.0, a.latency or "tiny"
+    if a.config is not None:  # the run's own episodes, and the policy it starts from
+        from collective.rl.config import load_config, mix
+        from collective.rl.rollouts import episode_config
+
+        cfg = load_config(a.config)
+        entries = {e.world: e for e in mix(cfg)} | {e.name: e for e in mix(cfg) if e.name}
+        if world is None and len(mix(cfg)) > 1:
+            raise ValueError(
+                f"check --config {a.config}: it trains on {len(mix(cfg))} worlds; name one: "
+                f"check WORLD --config (one of {', '.join(e.world for e in mix(cfg))})"
+            )
+        entry = entries.get(world) if world is not None else mix(cfg)[0]
+        if entry is None and len(mix(cfg)) > 1:
+            raise ValueError(
+                f"check {world} --config {a.config}: the config trains on "
+                f"{', '.join(e.world for e in mix(cfg))}, not {world}"
+            )
+        if entry is None:  # another world in the config's place, as `--set world=` would put it
+            assert world is not None
+            entry = msgspec.structs.replace(mix(cfg)[0], world=world, params={})
+        world, params = entry.world, {**entry.params, **params}
+        agents = a.agents or max(entry.team_sizes)
+        rollouts = a.rollouts or cfg.group_size
+        time_limit = a.time_limit or entry.time_limit_start
+        latency = a.latency or cfg.latency
+        like = episode_config(
+            cfg, entry, agents, world_seed=0, sample_seed=0, time_limit=time_limit, version=0
+        )
+    if world is None:
+        raise ValueError("check needs a WORLD, or --config CONFIG.toml to take it from")
+    policy, who = _check_policy(a, like)
+    if like is not None:
+        like = msgspec.structs.replace(like, policy=policy.name)
+        if "ceo" in like.org:  # episode_config counts the CEO's hires into its team
+            agents = like.agents
+    try:
+        report = check_world(
+            world,
+            params,
+            agents=agents,
+            seeds=a.seeds,
+            rollouts=rollouts,
+            time_limit=time_limit,
+            latency=latency,
+            limits=a.limits or (),
+            policy=policy,
+            who=who,
+            like=like,
+        )
+    finally:
+        _close(policy)
+    shown = f" {params}" if params else ""
+    from_config = ""
+    if a.config is not None:
+        start = "" if a.policy is not None else " and the policy it starts from"
+        from_config = f" (the episodes {a.config} trains on{start})"
     say(
-        f"check {a.world}{params}: {a.agents} agents, {a.seeds} world seeds x {a.rollouts} "
-        f"rollouts of a random team, T = {a.time_limit:g} s, latency {a.latency}"
+        f"check {world}{shown}: {agents} agents, {a.seeds} world seeds x {rollouts} "
+        f"rollouts of {report.team}, T = {time_limit:g} s, latency {latency}{from_config}"
     )
     for line in report.lines():
         say(printable(line))
     if report.world_error:  # a bug in the world: as `run` says it, exit 2
         return _world_broke("check", report.world_error, a)
     return 0 if report.ok else 1
+
+
+def _check_policy(a: argparse.Namespace, like: EpisodeConfig | None) -> tuple[Any, str]:
+    """The policy ``check`` plays and what the report calls its team: ``--policy``; else, with
+    a config, the policy the run starts from (the untrained tiny model, or its ``init`` or
+    ``hf_model``); else a random team."""
+    from policy.factory import make_policy
+
+    if a.policy is not None:
+        policy = make_policy(a.policy)
+        return policy, "random team" if a.policy == "random" else f"team of {a.policy}"
+    if a.config is None:
+        return make_policy("random"), "random team"
+    from collective.rl.config import load_config
+
+    cfg = load_config(a.config)
+    if cfg.backend == "hf":
+        return make_policy(f"hf:{cfg.hf_model}"), f"team of hf:{cfg.hf_model}"
+    from collective.rl.backend import TinyBackend
+
+    backend = TinyBackend(cfg)
+    model = backend.load(cfg.init) if cfg.init else backend.fresh()
+    policy = backend.policy_for(model, backend.weights(model), 0)
+    start = f"tiny:{cfg.init}" if cfg.init else "the untrained tiny model"
+    return policy, f"team of {start}"
 
 
 # -- show and diff -----------------------------------------------------------------------------
@@ -637,13 +710,43 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser(
         "check", help="check a world before training on it: bugs, determinism, learnability"
     )
-    c.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
+    c.add_argument(
+        "world",
+        nargs="?",
+        help="built-in name, path/to/file.py:Class or package.module:Class (with --config: "
+        "the config's world, or which of its [[worlds]])",
+    )
     _add_param(c)
-    c.add_argument("--agents", type=int, default=4, help="team size")
+    c.add_argument(
+        "--config",
+        help="a training config: check the episodes it plays (world, team, time limit, latency, "
+        "group size) with the policy it starts from (default policy: the untrained tiny model)",
+    )
+    c.add_argument(
+        "--policy",
+        default=None,
+        help="the team's policy, as `run --policy` takes it (default: random; with --config, "
+        "the run's starting policy)",
+    )
+    c.add_argument(
+        "--agents", type=int, default=None, help="team size (default 4; --config: its largest)"
+    )
     c.add_argument("--seeds", type=int, default=3, help="world seeds (task instances)")
-    c.add_argument("--rollouts", type=int, default=4, help="random-team rollouts per world seed")
-    c.add_argument("--time-limit", type=float, default=600.0, help="T_max: give your training's")
-    c.add_argument("--latency", default="tiny", help="latency preset (training's default: tiny)")
+    c.add_argument(
+        "--rollouts",
+        type=int,
+        default=None,
+        help="rollouts per world seed (default 4; --config: its group_size)",
+    )
+    c.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="T_max: give your training's (default 600; --config: its time_limit_start)",
+    )
+    c.add_argument(
+        "--latency", default=None, help="latency preset (default tiny; --config: its latency)"
+    )
     c.add_argument(
         "--limits",
         type=lambda t: _numbers(t, float),

@@ -136,6 +136,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "score() returned 1.5",
     ),
+    ("check without a world", ["check"], 2, "check needs a WORLD, or --config CONFIG.toml"),
+    ("check an unknown policy", ["check", "tally", "--policy", "nope"], 2, "unknown policy 'nope'"),
     ("check unseeded", ["check", f"{FRAGILE}:Unseeded", *QUICK_CHECK], 1, "FAIL  the same seed"),
     ("check a liar", ["check", f"{FRAGILE}:Liar", *QUICK_CHECK], 1, "monotone = True, but"),
     # -- run: numbers --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from collective.studies.check import check_world, score_before
 from policy.uniform import RandomPolicy
 from tests.support import FRAGILE, ROOT
 from tests.support.busy import scaled
+from tests.support.training import SMALL_TOML
 
 GARDEN = f"{ROOT / 'examples' / 'garden.py'}:Garden"
 QUICK = ["--agents", "3", "--seeds", "2", "--rollouts", "3"]
@@ -187,3 +188,58 @@ def test_run_and_show_summaries_carry_the_worlds_own_metrics(
     assert main(["show", str(out), "--limit", "1"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == f"# world metrics: count {metrics['count']:g}, rang {metrics['rang']:g}"
+
+
+def test_check_judges_the_policy_it_is_given_not_a_random_team() -> None:
+    """The same world, a random team and a team that only waits: the random team leaves
+    something to learn, the waiting team nothing, and the report says whose episodes it read.
+    A team whose every call is refused is told so beside its scores."""
+    from policy.scripted import ScriptedPolicy
+
+    args = {"agents": 2, "seeds": 2, "rollouts": 3, "time_limit": 120.0}
+    random = check_world("tally", {}, **args)
+    assert random.verdict.startswith("something to learn at 120 s: a random team scores")
+    idle = check_world(
+        "tally", {}, policy=ScriptedPolicy(lambda r: "wait 5"), who="team of waiters", **args
+    )
+    assert idle.ok, idle.lines()
+    assert idle.verdict.startswith(
+        "nothing to learn at 120 s: no rollout of the team of waiters scored"
+    ), idle.verdict
+    lines = idle.lines()
+    assert "6 episodes of the team of waiters ran to their end" in lines[1]
+    assert any(line.startswith("The team of waiters's score at each time limit") for line in lines)
+    refused = check_world(
+        f"{FRAGILE}:Refuses", {}, policy=ScriptedPolicy(lambda r: "spend"), who="team", **args
+    )
+    assert "note  actions: " in "\n".join(refused.lines())
+    assert "100% refused by the world or the engine, 0% not an action" in "\n".join(refused.lines())
+
+
+def test_check_with_a_config_plays_the_runs_episodes_with_its_untrained_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``check --config``: the world, its largest team, the group size, the first time limit
+    and the latency are the config's, and the team plays the tiny model the run starts from
+    (fresh weights of the config's shape): the episodes say so, as training's first ones do."""
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL_TOML)
+    assert main(["check", "--config", str(config), "--seeds", "1"]) in (0, 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(
+        "check tally {'target': 12}: 3 agents, 1 world seeds x 3 rollouts of the team of the "
+        "untrained tiny model, T = 60 s, latency tiny (the episodes"
+    ), out[0]
+    assert "and the policy it starts from" in out[0]
+    assert "3 episodes of the team of the untrained tiny model ran to their end" in out[2]
+    assert out[-2].startswith("verdict: ") and "the untrained tiny model" in out[-2]
+    # --policy and the flags replace what the config says
+    assert main(["check", "tally", "--config", str(config), "--policy", "random", "--seeds",
+                 "1", "--agents", "2", "--time-limit", "30"]) == 0  # fmt: skip
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "2 agents, 1 world seeds x 3 rollouts of a random team, T = 30 s" in first, first
+    # another world in the config's place (as `train --set world=...` puts it), its params not
+    assert main(["check", GARDEN, "--config", str(config), "--seeds", "1"]) in (0, 1)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"check {GARDEN}: 3 agents, 1 world seeds x 3 rollouts of the team "
+                            "of the untrained tiny model, T = 60 s"), first  # fmt: skip
