@@ -14,6 +14,7 @@ import msgspec
 
 from collective.base import log as logsetup
 from collective.base.outputs import check_dir, check_file, printable, writing_dir
+from collective.base.progress import Clock, note, on_terminal
 from collective.records import (
     Asked,
     Delivered,
@@ -136,6 +137,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from collective.engine.registry import check_runnable
     from collective.replay import tokenizer_of
     from policy.factory import make_policy
+    from policy.watched import Watched
 
     sample_seed = a.sample_seed if a.sample_seed is not None else a.seed
     cfg = EpisodeConfig(
@@ -174,13 +176,16 @@ def cmd_run(a: argparse.Namespace) -> int:
     # The record streams to --out as the episode runs (memory holds the live state, not the
     # record); the file is put in place only once the episode has ended.
     writer = EpisodeWriter(out, "--out") if out is not None else None
+    clock = Clock(cfg.time_limit, "run") if on_terminal() else None  # (a bar on a terminal)
     try:
-        ep = run_episode(cfg, policy, recorder=writer)
+        ep = run_episode(cfg, Watched(policy, clock.at) if clock else policy, recorder=writer)
     except BaseException:
         if writer is not None:
             writer.discard()
         raise
     finally:
+        if clock is not None:
+            clock.close()
         _close(policy)
     if writer is not None:
         writer.finish()
@@ -235,9 +240,14 @@ def cmd_replay(a: argparse.Namespace) -> int:
                 say(f"collective replay: error: {option} needs --until (a fork)", file=sys.stderr)
                 return 2
         policy = make_policy(a.policy) if a.policy else None
+        clock = Clock(ep.duration, "replay") if on_terminal() else None
         try:
-            _, problems = audit(ep, policy=policy, world=world)
+            _, problems = audit(
+                ep, policy=policy, world=world, progress=clock.at if clock else None
+            )
         finally:
+            if clock is not None:
+                clock.close()
             if policy is not None:
                 _close(policy)
         if problems:
@@ -262,9 +272,19 @@ def cmd_replay(a: argparse.Namespace) -> int:
         raise ValueError(f"--until {a.until}: outside the episode (0..{ep.config.time_limit:g})")
     out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
     policy = make_policy(a.policy or "random")
+    clock = Clock(ep.config.time_limit, "fork") if on_terminal() else None
     try:
-        forked = fork(ep, a.until, policy, sample_seed=a.seed, world=world)
+        forked = fork(
+            ep,
+            a.until,
+            policy,
+            sample_seed=a.seed,
+            world=world,
+            progress=clock.at if clock else None,
+        )
     finally:
+        if clock is not None:
+            clock.close()
         _close(policy)
     d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
     if d is not None:
@@ -394,8 +414,13 @@ def cmd_show(a: argparse.Namespace) -> int:
         from collective.views.swimlane import MAX_LANES, draw_timeline
 
         check_file(a.png, "--png", [a.episode])
-
-        say(draw_timeline(ep, a.png))
+        clock = Clock(ep.duration, "show --png: reading") if on_terminal() else None
+        try:
+            drawn = draw_timeline(ep, a.png, progress=clock.at if clock else None)
+        finally:
+            if clock is not None:
+                clock.close()
+        say(drawn)
         if ep.config.agents + ep.stats.hires > MAX_LANES:  # every agent that ever lived
             say(
                 f"show: only the first {MAX_LANES} agents have lanes; "
@@ -565,8 +590,13 @@ def cmd_plot(a: argparse.Namespace) -> int:
 
     if not _have_matplotlib():
         raise ValueError("plot needs matplotlib: pip install 'collective[plots]'")
-    for path in plot_run(a.run):
+    note(f"plot: drawing {a.run}'s metrics into {Path(a.run) / 'plots'}")
+
+    def saved(path: Path) -> None:  # each as it is written: the whole can take a minute
         say(path)
+        sys.stdout.flush()
+
+    plot_run(a.run, on_saved=saved)
     return 0
 
 

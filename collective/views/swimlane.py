@@ -13,6 +13,7 @@ thinner than that is no longer readable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,14 +72,22 @@ class Lanes:
     world: list[tuple[float, str, str]] = field(default_factory=list)  # t, event|post|error, what
 
 
-def lanes(ep: Episode | EpisodeStream, max_lanes: int = MAX_LANES) -> Lanes:
+def lanes(
+    ep: Episode | EpisodeStream,
+    max_lanes: int = MAX_LANES,
+    progress: Callable[[float], None] | None = None,
+) -> Lanes:
+    """What the picture draws; ``progress`` is told the simulated time read so far, now and
+    then (the reading is most of a big episode's drawing)."""
     spawned = [e for e in ep.events if type(e) is Spawned]
     shown = set(sorted(e.agent for e in spawned)[:max_lanes])
     hired = sum(e.by >= 0 for e in spawned)
     out = Lanes(sorted(shown), len(spawned), hired, {k: [] for k in COLOURS})
     open_: dict[int, list[float]] = {}
     tails: dict[int, ArrowOut] = {}
-    for item in activity(ep):
+    for n, item in enumerate(activity(ep)):
+        if progress is not None and n % 4096 == 0:
+            progress(item.t)
         match item:
             case Open(agent=a, t=t, kind=kind, args=args) if a in shown:
                 open_.setdefault(a, []).append(t)
@@ -144,9 +153,13 @@ def title(ep: Episode | EpisodeStream, data: Lanes) -> str:
 
 
 def draw_timeline(
-    ep: Episode | EpisodeStream, path: str | Path, max_lanes: int = MAX_LANES
+    ep: Episode | EpisodeStream,
+    path: str | Path,
+    max_lanes: int = MAX_LANES,
+    progress: Callable[[float], None] | None = None,
 ) -> Path:
-    """Draw the episode's swimlanes and score curve into a PNG; returns the path."""
+    """Draw the episode's swimlanes and score curve into a PNG; returns the path. ``progress``:
+    see ``lanes``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,7 +168,7 @@ def draw_timeline(
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    data = lanes(ep, max_lanes)
+    data = lanes(ep, max_lanes, progress)
     n = len(data.agents)
     row = {a: i for i, a in enumerate(data.agents)}
     end = max(ep.duration, 1e-9)
