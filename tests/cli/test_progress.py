@@ -63,3 +63,53 @@ def test_trainings_first_step_and_plot_say_what_they_do_on_a_terminal(tmp_path: 
     assert {Path(p).name for p in out.split()} >= {"returns.png", "learner.png"}
     piped = _piped("plot", str(run))
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+
+
+def test_a_run_watched_by_its_bar_is_the_run_without_it(tmp_path: Path) -> None:
+    """The bar's clock reads each batch's requests (``policy.watched``); it must not change a
+    thing the run does: the same metrics and the same episode bytes, with the bar and without."""
+    from collective.rl.train import train
+    from tests.support.training import comparable_metrics, small_train
+
+    runs = {shown: tmp_path / f"bar-{shown}" for shown in (True, False)}
+    for shown, run in runs.items():
+        train(small_train(), run, progress=shown)
+    assert comparable_metrics(runs[True]) == comparable_metrics(runs[False])
+    names = sorted(p.name for p in (runs[True] / "episodes").iterdir())
+    assert names and names == sorted(p.name for p in (runs[False] / "episodes").iterdir())
+    for name in names:
+        a, b = (runs[s] / "episodes" / name for s in (True, False))
+        assert a.read_bytes() == b.read_bytes(), name
+
+
+def test_the_bar_follows_the_simulated_clock_and_never_goes_back() -> None:
+    from collective.base.progress import Clock, step_clock
+
+    clock = Clock(100.0, "run")  # (off a terminal: counted, not drawn)
+    shown = []
+    for t in (0.0, 12.5, 40.0, 30.0, 250.0):
+        clock.at(t)
+        shown.append(clock.shown)
+    assert shown == [0.0, 12.5, 40.0, 40.0, 100.0]
+    clock.close()
+
+    class Bar:
+        def __init__(self) -> None:
+            self.n = 0
+            self.said: list[str] = []
+
+        def set_postfix_str(self, text: str) -> None:
+            self.said.append(text)
+
+    bar = Bar()
+    at = step_clock(bar, 60.0, "rolling out")
+    for t in (0.0, 0.3, 1.0, 30.0):
+        at(t)
+    assert bar.said == [
+        "rolling out: t=0 of 60 simulated s",
+        "rolling out: t=1 of 60 simulated s",
+        "rolling out: t=30 of 60 simulated s",
+    ]
+    bar.n = 1  # the first step is done: its ret and T take the place
+    at(45.0)
+    assert len(bar.said) == 3
