@@ -308,6 +308,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
 @command
 def cmd_check(a: argparse.Namespace) -> int:
     from collective.studies.check import check_world
+    from policy.watched import Watched
 
     world, params, like = a.world, dict(a.param), None
     agents, rollouts = a.agents or 4, a.rollouts or 4
@@ -347,6 +348,7 @@ def cmd_check(a: argparse.Namespace) -> int:
         like = msgspec.structs.replace(like, policy=policy.name)
         if "ceo" in like.org:  # episode_config counts the CEO's hires into its team
             agents = like.agents
+    clock = Clock(time_limit, "check") if on_terminal() else None  # (its episodes run together)
     try:
         report = check_world(
             world,
@@ -357,11 +359,13 @@ def cmd_check(a: argparse.Namespace) -> int:
             time_limit=time_limit,
             latency=latency,
             limits=a.limits or (),
-            policy=policy,
+            policy=Watched(policy, clock.at) if clock else policy,
             who=who,
             like=like,
         )
     finally:
+        if clock is not None:
+            clock.close()
         _close(policy)
     shown = f" {params}" if params else ""
     from_config = ""

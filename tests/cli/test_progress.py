@@ -1,6 +1,6 @@
 """Long commands show their progress on a terminal, and nothing elsewhere: ``run``, ``replay``
-and a fork, ``show --png``, ``plot`` and the first step of ``train``, each a real command with
-its stderr on a pseudo-terminal, then on a pipe."""
+and a fork, ``check``, ``show --png``, ``plot`` and the first step of ``train``, each a real
+command with its stderr on a pseudo-terminal, then on a pipe."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def test_run_replay_fork_and_show_draw_a_bar_on_a_terminal_only(tmp_path: Path) 
     code, out, term = on_a_terminal("replay", str(ep), "--until", "30", "--out", str(fork))
     assert code == 0 and json.loads(out)["forked_at"] == 30, out
     assert "fork:" in term, term[-1000:]
+
+    code, out, term = on_a_terminal("check", "tally", "--seeds", "1", "--time-limit", "40")
+    assert code == 0 and "verdict: " in out, out
+    assert "check:" in term and " of 40 simulated s" in term, term[-1000:]
 
     code, out, term = on_a_terminal("show", str(ep), "--png", str(tmp_path / "t.png"))
     assert code == 0 and out.strip() == str(tmp_path / "t.png"), out
