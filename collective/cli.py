@@ -310,9 +310,12 @@ def cmd_check(a: argparse.Namespace) -> int:
     from collective.studies.check import check_world
     from policy.watched import Watched
 
+    def given(value: Any, default: Any) -> Any:  # (0 is given, and refused by check_world)
+        return default if value is None else value
+
     world, params, like = a.world, dict(a.param), None
-    agents, rollouts = a.agents or 4, a.rollouts or 4
-    time_limit, latency = a.time_limit or 600.0, a.latency or "tiny"
+    agents, rollouts = given(a.agents, 4), given(a.rollouts, 4)
+    time_limit, latency = given(a.time_limit, 600.0), given(a.latency, "tiny")
     if a.config is not None:  # the run's own episodes, and the policy it starts from
         from collective.rl.config import load_config, mix
         from collective.rl.rollouts import episode_config
@@ -334,10 +337,10 @@ def cmd_check(a: argparse.Namespace) -> int:
             assert world is not None
             entry = msgspec.structs.replace(mix(cfg)[0], world=world, params={})
         world, params = entry.world, {**entry.params, **params}
-        agents = a.agents or max(entry.team_sizes)
-        rollouts = a.rollouts or cfg.group_size
-        time_limit = a.time_limit or entry.time_limit_start
-        latency = a.latency or cfg.latency
+        agents = given(a.agents, max(entry.team_sizes))
+        rollouts = given(a.rollouts, cfg.group_size)
+        time_limit = given(a.time_limit, entry.time_limit_start)
+        latency = given(a.latency, cfg.latency)
         like = episode_config(
             cfg, entry, agents, world_seed=0, sample_seed=0, time_limit=time_limit, version=0
         )
