@@ -16,6 +16,7 @@ from collective.base import log as logsetup
 from collective.base.args import Parser, count, param_value, real, reals, wholes
 from collective.base.args import whole as integer
 from collective.base.outputs import check_dir, check_file, printable, writing_dir
+from collective.base.progress import Clock, note, on_terminal
 from collective.records import (
     Asked,
     Delivered,
@@ -98,6 +99,7 @@ def _summary(ep: Episode | EpisodeStream, wall: float, out: str | None) -> dict[
         "tokens": s.output_tokens,
         "messages": s.sent,
         "posts": s.posts,
+        "world_metrics": ep.world_metrics,  # the world's own ``metrics()`` at the end
         "wall_time": round(wall, 3),
         "out": out,
     }
@@ -109,6 +111,14 @@ def _have_matplotlib() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _world_broke(name: str, line: str, a: argparse.Namespace) -> int:
+    """A bug in the world: one line, exit 2. With ``-v`` the world's traceback has been logged
+    already; the command's own (where it noticed) would read as a crash of the tool."""
+    hint = "" if a.verbose else " (-v for the traceback)"
+    say(f"collective {name}: error: {printable(' '.join(line.split()))}{hint}", file=sys.stderr)
+    return 2
 
 
 def _close(policy: Any) -> None:
@@ -129,6 +139,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from collective.engine.registry import check_runnable
     from collective.replay import tokenizer_of
     from policy.factory import make_policy
+    from policy.watched import Watched
 
     sample_seed = a.sample_seed if a.sample_seed is not None else a.seed
     cfg = EpisodeConfig(
@@ -169,13 +180,16 @@ def cmd_run(a: argparse.Namespace) -> int:
     # The record streams to --out as the episode runs (memory holds the live state, not the
     # record); the file is put in place only once the episode has ended.
     writer = EpisodeWriter(out, "--out") if out is not None else None
+    clock = Clock(cfg.time_limit, "run") if on_terminal() else None  # (a bar on a terminal)
     try:
-        ep = run_episode(cfg, policy, recorder=writer)
+        ep = run_episode(cfg, Watched(policy, clock.at) if clock else policy, recorder=writer)
     except BaseException:
         if writer is not None:
             writer.discard()
         raise
     finally:
+        if clock is not None:
+            clock.close()
         _close(policy)
     if writer is not None:
         writer.finish()
@@ -183,7 +197,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if ep.end == "world_error":  # a bug in the world: one line, the record kept
         kept = f"the episode is in {a.out}" if a.out else "--out FILE keeps the episode"
         told = world_error(open_episode(out) if out is not None else ep)  # streamed: in the file
-        raise ValueError(f"{told}; {kept} (-v for the traceback)")
+        return _world_broke("run", f"{told}; {kept}", a)
     if ep.end == "event_limit":
         say(
             f"collective run: stopped at the event limit ({cfg.max_events:,} events) at "
@@ -230,9 +244,14 @@ def cmd_replay(a: argparse.Namespace) -> int:
                 say(f"collective replay: error: {option} needs --until (a fork)", file=sys.stderr)
                 return 2
         policy = make_policy(a.policy) if a.policy else None
+        clock = Clock(ep.duration, "replay") if on_terminal() else None
         try:
-            _, problems = audit(ep, policy=policy, world=world)
+            _, problems = audit(
+                ep, policy=policy, world=world, progress=clock.at if clock else None
+            )
         finally:
+            if clock is not None:
+                clock.close()
             if policy is not None:
                 _close(policy)
         if problems:
@@ -257,9 +276,19 @@ def cmd_replay(a: argparse.Namespace) -> int:
         raise ValueError(f"--until {a.until}: outside the episode (0..{ep.config.time_limit:g})")
     out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
     policy = make_policy(a.policy or "random")
+    clock = Clock(ep.config.time_limit, "fork") if on_terminal() else None
     try:
-        forked = fork(ep, a.until, policy, sample_seed=a.seed, world=world)
+        forked = fork(
+            ep,
+            a.until,
+            policy,
+            sample_seed=a.seed,
+            world=world,
+            progress=clock.at if clock else None,
+        )
     finally:
+        if clock is not None:
+            clock.close()
         _close(policy)
     d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
     if d is not None:
@@ -283,27 +312,107 @@ def cmd_replay(a: argparse.Namespace) -> int:
 @command
 def cmd_check(a: argparse.Namespace) -> int:
     from collective.studies.check import check_world
+    from policy.watched import Watched
 
-    report = check_world(
-        a.world,
-        dict(a.param),
-        agents=a.agents,
-        seeds=a.seeds,
-        rollouts=a.rollouts,
-        time_limit=a.time_limit,
-        latency=a.latency,
-        limits=a.limits or (),
-    )
-    params = f" {dict(a.param)}" if a.param else ""
+    def given(value: Any, default: Any) -> Any:  # (0 is given, and refused by check_world)
+        return default if value is None else value
+
+    world, params, like = a.world, dict(a.param), None
+    agents, rollouts = given(a.agents, 4), given(a.rollouts, 4)
+    time_limit, latency = given(a.time_limit, 600.0), given(a.latency, "tiny")
+    if a.config is not None:  # the run's own episodes, and the policy it starts from
+        from collective.rl.config import load_config, mix
+        from collective.rl.rollouts import episode_config
+
+        cfg = load_config(a.config)
+        entries = {e.world: e for e in mix(cfg)} | {e.name: e for e in mix(cfg) if e.name}
+        if world is None and len(mix(cfg)) > 1:
+            raise ValueError(
+                f"check --config {a.config}: it trains on {len(mix(cfg))} worlds; name one: "
+                f"check WORLD --config (one of {', '.join(e.world for e in mix(cfg))})"
+            )
+        entry = entries.get(world) if world is not None else mix(cfg)[0]
+        if entry is None and len(mix(cfg)) > 1:
+            raise ValueError(
+                f"check {world} --config {a.config}: the config trains on "
+                f"{', '.join(e.world for e in mix(cfg))}, not {world}"
+            )
+        if entry is None:  # another world in the config's place, as `--set world=` would put it
+            assert world is not None
+            entry = msgspec.structs.replace(mix(cfg)[0], world=world, params={})
+        world, params = entry.world, {**entry.params, **params}
+        agents = given(a.agents, max(entry.team_sizes))
+        rollouts = given(a.rollouts, cfg.group_size)
+        time_limit = given(a.time_limit, entry.time_limit_start)
+        latency = given(a.latency, cfg.latency)
+        like = episode_config(
+            cfg, entry, agents, world_seed=0, sample_seed=0, time_limit=time_limit, version=0
+        )
+    if world is None:
+        raise ValueError("check needs a WORLD, or --config CONFIG.toml to take it from")
+    policy, who = _check_policy(a, like)
+    if like is not None:
+        like = msgspec.structs.replace(like, policy=policy.name)
+        if "ceo" in like.org:  # episode_config counts the CEO's hires into its team
+            agents = like.agents
+    clock = Clock(time_limit, "check") if on_terminal() else None  # (its episodes run together)
+    try:
+        report = check_world(
+            world,
+            params,
+            agents=agents,
+            seeds=a.seeds,
+            rollouts=rollouts,
+            time_limit=time_limit,
+            latency=latency,
+            limits=a.limits or (),
+            policy=Watched(policy, clock.at) if clock else policy,
+            who=who,
+            like=like,
+        )
+    finally:
+        if clock is not None:
+            clock.close()
+        _close(policy)
+    shown = f" {params}" if params else ""
+    from_config = ""
+    if a.config is not None:
+        start = "" if a.policy is not None else " and the policy it starts from"
+        from_config = f" (the episodes {a.config} trains on{start})"
     say(
-        f"check {a.world}{params}: {a.agents} agents, {a.seeds} world seeds x {a.rollouts} "
-        f"rollouts of a random team, T = {a.time_limit:g} s, latency {a.latency}"
+        f"check {world}{shown}: {agents} agents, {a.seeds} world seeds x {rollouts} "
+        f"rollouts of {report.team}, T = {time_limit:g} s, latency {latency}{from_config}"
     )
     for line in report.lines():
         say(printable(line))
     if report.world_error:  # a bug in the world: as `run` says it, exit 2
-        raise ValueError(f"{report.world_error} (-v for the traceback)")
+        return _world_broke("check", report.world_error, a)
     return 0 if report.ok else 1
+
+
+def _check_policy(a: argparse.Namespace, like: EpisodeConfig | None) -> tuple[Any, str]:
+    """The policy ``check`` plays and what the report calls its team: ``--policy``; else, with
+    a config, the policy the run starts from (the untrained tiny model, or its ``init`` or
+    ``hf_model``); else a random team."""
+    from policy.factory import make_policy
+
+    if a.policy is not None:
+        policy = make_policy(a.policy)
+        return policy, "random team" if a.policy == "random" else f"team of {a.policy}"
+    if a.config is None:
+        return make_policy("random"), "random team"
+    from collective.rl.config import load_config
+
+    cfg = load_config(a.config)
+    if cfg.backend == "hf":
+        return make_policy(f"hf:{cfg.hf_model}"), f"team of hf:{cfg.hf_model}"
+    from collective.rl.backend import TinyBackend
+
+    backend = TinyBackend(cfg)
+    model = backend.load(cfg.init) if cfg.init else backend.fresh()
+    policy = backend.policy_for(model, backend.weights(model), 0)
+    start = f"tiny:{cfg.init}" if cfg.init else "the untrained tiny model"
+    return policy, f"team of {start}"
 
 
 # -- show and diff -----------------------------------------------------------------------------
@@ -316,8 +425,13 @@ def cmd_show(a: argparse.Namespace) -> int:
         from collective.views.swimlane import MAX_LANES, draw_timeline
 
         check_file(a.png, "--png", [a.episode])
-
-        say(draw_timeline(ep, a.png))
+        clock = Clock(ep.duration, "show --png: reading") if on_terminal() else None
+        try:
+            drawn = draw_timeline(ep, a.png, progress=clock.at if clock else None)
+        finally:
+            if clock is not None:
+                clock.close()
+        say(drawn)
         if ep.config.agents + ep.stats.hires > MAX_LANES:  # every agent that ever lived
             say(
                 f"show: only the first {MAX_LANES} agents have lanes; "
@@ -350,6 +464,8 @@ def cmd_show(a: argparse.Namespace) -> int:
         f"# score {ep.score:.4f} after {ep.duration:.1f}s simulated ({ep.end}); "
         f"{ep.stats.turns} turns, {ep.stats.output_tokens} tokens, {ep.stats.sent} messages"
     )
+    if ep.world_metrics:  # the world's own metrics() at the end
+        say("# world metrics: " + ", ".join(f"{k} {v:g}" for k, v in ep.world_metrics.items()))
     if ep.end == "world_error":
         say(f"# {printable(world_error(ep))}")
     return 0
@@ -527,8 +643,13 @@ def cmd_plot(a: argparse.Namespace) -> int:
 
     if not _have_matplotlib():
         raise ValueError("plot needs matplotlib: pip install 'collective[plots]'")
-    for path in plot_run(a.run):
+    note(f"plot: drawing {a.run}'s metrics into {Path(a.run) / 'plots'}")
+
+    def saved(path: Path) -> None:  # each as it is written: the whole can take a minute
         say(path)
+        sys.stdout.flush()
+
+    plot_run(a.run, on_saved=saved)
     return 0
 
 
@@ -658,15 +779,43 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser(
         "check", help="check a world before training on it: bugs, determinism, learnability"
     )
-    c.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
+    c.add_argument(
+        "world",
+        nargs="?",
+        help="built-in name, path/to/file.py:Class or package.module:Class (with --config: "
+        "the config's world, or which of its [[worlds]])",
+    )
     _add_param(c)
-    c.add_argument("--agents", type=integer, default=4, help="team size")
+    c.add_argument(
+        "--config",
+        help="a training config: check the episodes it plays (world, team, time limit, latency, "
+        "group size) with the policy it starts from (default policy: the untrained tiny model)",
+    )
+    c.add_argument(
+        "--policy",
+        default=None,
+        help="the team's policy, as `run --policy` takes it (default: random; with --config, "
+        "the run's starting policy)",
+    )
+    c.add_argument(
+        "--agents", type=integer, default=None, help="team size (default 4; --config: its largest)"
+    )
     c.add_argument("--seeds", type=integer, default=3, help="world seeds (task instances)")
     c.add_argument(
-        "--rollouts", type=integer, default=4, help="random-team rollouts per world seed"
+        "--rollouts",
+        type=integer,
+        default=None,
+        help="rollouts per world seed (default 4; --config: its group_size)",
     )
-    c.add_argument("--time-limit", type=real, default=600.0, help="T_max: give your training's")
-    c.add_argument("--latency", default="tiny", help="latency preset (training's default: tiny)")
+    c.add_argument(
+        "--time-limit",
+        type=real,
+        default=None,
+        help="T_max: give your training's (default 600; --config: its time_limit_start)",
+    )
+    c.add_argument(
+        "--latency", default=None, help="latency preset (default tiny; --config: its latency)"
+    )
     c.add_argument(
         "--limits",
         type=reals,

@@ -16,7 +16,11 @@ from hypothesis import settings
 
 # Deadlines that scale with the machine's load (tests/support/busy.py): the hooks (a test's own
 # waits import ``scaled`` from there).
-from tests.support.busy import pytest_report_header, pytest_runtest_protocol  # noqa: F401
+from tests.support.busy import (  # noqa: F401
+    pytest_report_header,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+)
 
 # A test stopped by pytest-timeout inside trio.run must not break the tests after it.
 from tests.support.trio_timeouts import pytest_runtest_call  # noqa: F401  (a hook, found here)

@@ -148,8 +148,12 @@ class LiveEpisode:
         self.program = program
         self.replay = replay
         self.max_events = cfg.max_events
-        if replay is not None and replay.most_events is not None:
-            self.max_events = min(cfg.max_events, replay.most_events)
+        self.capped = "event_limit"  # what reaching max_events ends the episode as
+        bound = replay.most_events if replay is not None else None
+        if bound is not None and bound < cfg.max_events:
+            # The replay's own bound, not the cap the record declares: named apart, so a
+            # diverged replay does not read as one that reached the 5,000,000-event cap.
+            self.max_events, self.capped = bound, "replay_bound"
         self.cast = Cast(cfg)
         self.org = self.cast.org
         self.worlds = self.cast.worlds
@@ -528,7 +532,7 @@ class LiveEpisode:
                         self._wake(actor, entry.act, entry.reason)
                 if len(events) >= room:
                     self._release()  # before the end cancels them: a held task is still parked
-                    self._end("event_limit")
+                    self._end(self.capped)
                     return
             self._release()
             if changed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib
@@ -42,6 +43,8 @@ def resolve_world(ref: str) -> type[World]:
     builtins = builtin_worlds()
     target = builtins.get(ref, ref)
     if ":" not in target:
+        if target.endswith(".py") or "/" in target:
+            raise ValueError(_name_the_class(target))
         raise ValueError(
             f"unknown world {ref!r}; built-in worlds are: {', '.join(sorted(builtins))}; "
             "or give path/to/file.py:ClassName or package.module:ClassName"
@@ -115,6 +118,20 @@ def _ctrl_c_told_apart() -> Iterator[list[int]]:
         yield pressed
     finally:
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+def _name_the_class(path: str) -> str:
+    """What to say of a file given without ``:Class``: that a file world names its class, with
+    the classes the file defines (read with ``ast``, not imported: nothing runs for a hint)."""
+    head = f"world {path!r} is a file: name its World class, {path}:ClassName"
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return head + ("" if Path(path).is_file() else f" (and there is no file {path})")
+    classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+    if not classes:
+        return f"{head} ({path} defines no class)"
+    return f"{head} ({path} defines {', '.join(classes[:8])}{', ...' * (len(classes) > 8)})"
 
 
 def make_world(ref: str, n_agents: int, seed: int, params: dict[str, Any]) -> World:

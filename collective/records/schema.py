@@ -143,7 +143,8 @@ def failure_text(world: str, method: str, agent: int, error: str, where: str) ->
 
 
 class Ended(Event, tag="end", frozen=True):
-    reason: str  # "done", "time_limit", "idle", "event_limit", "world_error"
+    reason: str  # "done", "time_limit", "idle", "event_limit", "world_error"; "replay_bound":
+    # a replay ran one event past its record (it has diverged) and was stopped there
     score: float
 
 

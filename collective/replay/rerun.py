@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -43,6 +43,7 @@ from collective.records import (
 from collective.replay.recorded import RecordedPolicy
 from policy import tokenizer as byte_tokenizer
 from policy.base import Policy, PolicyError, PolicyUnavailable
+from policy.watched import Watched
 
 
 class Divergence(msgspec.Struct):
@@ -91,18 +92,24 @@ def replay(
     policy: Policy | None = None,
     world: str | None = None,
     recorder: Recorder | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> Episode:
     """Re-execute ``ep`` from its recorded outputs (or, given ``policy``, with answers that
     policy computes anew for the same requests and seeds). A ``real`` clock episode replays on
     the virtual clock at its recorded times. ``world`` replaces the world reference the record
     names (the same world found elsewhere, or named by the user rather than by the file).
-    With ``recorder``, the replay's record streams there (see ``Conductor.play``)."""
+    With ``recorder``, the replay's record streams there (see ``Conductor.play``); ``progress``
+    is told the simulated time the replay has reached, batch by batch."""
     changes: dict[str, Any] = {}
     if ep.config.clock == "real":
         changes = {"clock": "virtual", "recorded_answers_until": math.inf}
     if world is not None:
         changes["world"] = world
-    answers = RecordedPolicy(ep.turns, live=policy, until=math.inf if policy is None else 0.0)
+    answers: Policy = RecordedPolicy(
+        ep.turns, live=policy, until=math.inf if policy is None else 0.0
+    )
+    if progress is not None:
+        answers = Watched(answers, progress)
     # Bounded by what the record holds, not by the limits it declares: a replay one event past
     # the record has diverged already, and a file that declares time_limit=1e308 and
     # max_events=2**63-1 must not make it run without end.
@@ -122,8 +129,10 @@ def fork(
     *,
     sample_seed: int | None = None,
     world: str | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> Episode:
-    """Replay ``ep`` exactly up to simulated time ``until``, then continue live with ``policy``.
+    """Replay ``ep`` exactly up to simulated time ``until``, then continue live with ``policy``
+    (``progress``: as ``replay`` tells it).
 
     Every request asked before ``until`` gets its recorded answer; every later one goes to
     ``policy`` (with the agents' streams reseeded by ``sample_seed`` when given).
@@ -144,7 +153,9 @@ def fork(
         changes["recorded_answers_until"] = until
     elif ep.config.recorded_answers_until:
         changes["recorded_answers_until"] = min(until, ep.config.recorded_answers_until)
-    recorded = RecordedPolicy(ep.turns, live=policy, until=until)
+    recorded: Policy = RecordedPolicy(ep.turns, live=policy, until=until)
+    if progress is not None:
+        recorded = Watched(recorded, progress)
     return _rerun(ep, recorded, Replay(ep, until), **changes)
 
 
@@ -294,6 +305,11 @@ class Checker:
         for f in ("score", "duration", "end"):
             if getattr(want, f) != getattr(got, f):
                 lines.append(f"{f}: {_r(getattr(want, f))} vs {_r(getattr(got, f))}")
+        if got.end == "replay_bound" != want.end:
+            lines[-1] += (
+                f" (the replay went past the record's {self.taken['events']:,} events and was "
+                "stopped one event later)"
+            )
         for f in type(want.stats).__struct_fields__:
             if getattr(want.stats, f) != getattr(got.stats, f):
                 lines.append(f"stats {f}: {getattr(want.stats, f)!r} vs {getattr(got.stats, f)!r}")
@@ -390,7 +406,11 @@ def _answers(ep: Record, spaces: list[Any]) -> Iterator[tuple[int, Turn]]:
 
 
 def audit(
-    ep: Record, *, policy: Policy | None = None, world: str | None = None
+    ep: Record,
+    *,
+    policy: Policy | None = None,
+    world: str | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> tuple[Record, list[str]]:
     """Replay ``ep`` (with ``policy``: recomputing its answers) and return the replay and every
     way the record disagrees with it or with itself; an empty list: the whole record holds.
@@ -401,7 +421,7 @@ def audit(
     streamed = isinstance(ep, EpisodeStream)
     checker = Checker(_parts(ep), config=False) if streamed else None
     try:
-        again = replay(ep, policy=policy, world=world, recorder=checker)
+        again = replay(ep, policy=policy, world=world, recorder=checker, progress=progress)
     except PolicyUnavailable:  # nothing answered: the policy named is the problem, not the record
         raise
     except PolicyError as e:  # e.g. a forged turn with fewer logprobs than tokens

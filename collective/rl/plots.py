@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +73,9 @@ def returns_figure(rows: Sequence[StepMetrics]) -> Any:
     return fig
 
 
-def plot_run(run_dir: str | Path) -> list[Path]:
-    """Draw every panel of a run into RUN_DIR/plots; return the files written."""
+def plot_run(run_dir: str | Path, on_saved: Callable[[Path], None] | None = None) -> list[Path]:
+    """Draw every panel of a run into RUN_DIR/plots; return the files written (``on_saved``
+    is told each as it is written: drawing them all can take most of a minute)."""
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
     if not rows:
@@ -90,6 +91,8 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         save_figure(fig, path, "plot", dpi=110)
         plt.close(fig)
         written.append(path)
+        if on_saved is not None:
+            on_saved(path)
 
     save(returns_figure(rows), "returns.png")
 

@@ -38,6 +38,7 @@ from collective.rl.config import (
 from collective.rl.forks import trained_turn
 from collective.rl.rundir import RunDir
 from policy.base import Policy, TrainableModel
+from policy.watched import Watched
 
 
 def team_config(cfg: TrainConfig, group: int, member: int, version: int) -> EpisodeConfig:
@@ -303,6 +304,9 @@ class Rollouts:
         self._send, self._recv = trio.open_memory_channel[tuple[int, int, Episode]](
             cfg.channel_capacity
         )
+        # Told the simulated time each policy batch was asked at (in this process: local
+        # rollouts), for a progress bar; None: nobody is watching.
+        self.on_time: Callable[[float], None] | None = None
 
     @property
     def batch_mean(self) -> float:
@@ -422,6 +426,8 @@ class LocalRollouts(Rollouts):
     @asynccontextmanager
     async def running(self) -> AsyncIterator[LocalRollouts]:
         serving = await self.backend.serve(self.model, self.serving_weights)
+        if self.on_time is not None:
+            serving = Watched(serving, self.on_time)
         policies = serving if self.frozen is None else {"trained": serving, "frozen": self.frozen}
         self.conductor = conductor = Conductor(policies)
 

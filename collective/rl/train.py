@@ -574,6 +574,8 @@ def _train(
 ) -> list[StepMetrics]:
     from tqdm import tqdm
 
+    from collective.base.progress import step_clock
+
     # -- check and build everything; nothing but the lock is written yet ---------------------
     validate(cfg)
     torch.manual_seed(cfg.seed)
@@ -661,6 +663,8 @@ def _train(
         desc="rlcr",
         dynamic_ncols=True,
     )
+    if progress:  # (the first step's episodes on the simulated clock, until the bar moves)
+        rollouts.on_time = step_clock(bar, time_limit_at(cfg, state.step), "rolling out")
     done: list[StepMetrics] = []
     quiet = _NoSignal()
 

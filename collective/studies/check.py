@@ -1,21 +1,25 @@
 """``collective check``: what a world's author runs before training on it.
 
 Everything checkable before an episode is checked when the world is defined and built (see
-``collective.world``); this runs the rest on real episodes of a random team: that no world
-method raises, that the same seed gives the same bytes and a replay the same events, that the
-score stays in [0, 1] (and never falls, if the world says so), that no episode hits the event
-cap. Then it answers the question a training run cannot answer cheaply: does the world give a
-policy something to learn? RLCR learns from the spread of returns within a group (rollouts of
-one world seed): if a random team never scores at the training time limit, or always scores
-the same, or already finishes, every advantage is zero and nothing is learned. So it prints
-the random team's score at a few time limits, with its spread within a world seed, and says
-which case the world is in. "Something to learn" needs a quarter of the rollouts to score
-(``SCORED_ENOUGH``): below that most groups are all zeros, every advantage in them is 0, and a
-run of a few hundred groups may see too few that differ to move at all.
+``collective.world``); this runs the rest on real episodes of a team (a random one, or the
+policy a run will train: ``--policy``, or a training config's own starting policy): that no
+world method raises, that the same seed gives the same bytes and a replay the same events, that
+the score stays in [0, 1] (and never falls, if the world says so), that no episode hits the
+event cap. Then it answers the question a training run cannot answer cheaply: does the world
+give a policy something to learn? RLCR learns from the spread of returns within a group
+(rollouts of one world seed): if a random team never scores at the training time limit, or
+always scores the same, or already finishes, every advantage is zero and nothing is learned. So
+it prints the team's score at a few time limits, with its spread within a world seed, and the
+share of its actions the world refused, and says which case the world is in. A random team that
+scores says little of a policy that does not: the untrained tiny model once scored 0 in 48 of 48
+rollouts, 88% of its actions refused, on a world a random team found something to learn in.
+"Something to learn" needs a quarter of the rollouts to score (``SCORED_ENOUGH``): below that
+most groups are all zeros, every advantage in them is 0, and a run of a few hundred groups may
+see too few that differ to move at all.
 
-A world that raises (a world error) fails the way ``collective run`` fails on it, exit 2; one that
-runs but breaks a promise (the same seed, another episode; a ``monotone`` score that falls; the
-event cap) is a failed check, exit 1, as a replay that diverges is.
+A world that raises (a world error) fails the way ``collective run`` fails on it, exit 2; one
+that runs but breaks a promise (the same seed, another episode; a ``monotone`` score that falls;
+the event cap) is a failed check, exit 1, as a replay that diverges is.
 """
 
 from __future__ import annotations
@@ -39,9 +43,18 @@ from collective.engine.limits import (
     world_footprint,
 )
 from collective.engine.registry import check_runnable, make_world, resolve_world
-from collective.records import Episode, EpisodeConfig, encode_episode, world_error
-from collective.replay import verify
+from collective.records import (
+    Committed,
+    Episode,
+    EpisodeConfig,
+    Rejected,
+    Thought,
+    encode_episode,
+    world_error,
+)
+from collective.replay import differences, first_divergence, tokenizer_of, verify
 from collective.world import convert_params
+from policy.base import Policy
 from policy.uniform import RandomPolicy
 
 SATURATED = 0.95  # a random team's mean score at or above this: nothing left to learn
@@ -57,6 +70,7 @@ class Report:
     """What ``check`` found: lines marked ok or FAIL, the learnability table and a verdict."""
 
     world: str
+    who: str = "random team"  # whose episodes: "random team", "tiny:PATH team", ...
     findings: list[tuple[bool, str]] = field(default_factory=list)
     table: list[tuple[float, float, float, float]] = field(default_factory=list)
     verdict: str = ""
@@ -64,14 +78,26 @@ class Report:
     world_error: str = ""  # the first world error's line, if an episode ended in one
 
     @property
+    def team(self) -> str:
+        """``who`` with its article: "a random team", "the team of tiny:PATH"."""
+        return f"a {self.who}" if self.who == "random team" else f"the {self.who}"
+
+    @property
     def ok(self) -> bool:
         return all(ok for ok, _ in self.findings)
 
     def lines(self) -> list[str]:
-        out = [f"{'ok  ' if ok else 'FAIL'}  {what}" for ok, what in self.findings]
+        out = []
+        for ok, what in self.findings:  # a finding's later lines indented under it
+            first, *more = what.split("\n")
+            out.append(f"{'ok  ' if ok else 'FAIL'}  {first}")
+            out += [f"      {line.strip()}" for line in more]
         out += [f"note  {n}" for n in self.notes]
         if self.table:
-            out.append("random team's score at each time limit (mean; spread within a world seed;")
+            out.append(
+                f"{self.team[0].upper()}{self.team[1:]}'s score at each time limit (mean; spread "
+                "within a world seed;"
+            )
             out.append("  share of rollouts that scored):")
             for limit, mean, spread, scored in self.table:
                 out.append(f"  {limit:8g} s   {mean:.3f}   ±{spread:.3f}   {scored:4.0%}")
@@ -107,8 +133,14 @@ def check_world(
     time_limit: float = 600.0,
     latency: str = "tiny",
     limits: Sequence[float] = (),
+    policy: Policy | None = None,
+    who: str = "random team",
+    like: EpisodeConfig | None = None,
 ) -> Report:
-    """Check ``world`` on ``seeds`` world seeds x ``rollouts`` random-team rollouts each.
+    """Check ``world`` on ``seeds`` world seeds x ``rollouts`` rollouts each of a team playing
+    ``policy`` (random: ``None``), called ``who`` in the report. ``like``: the episode a
+    training run plays (its org, budget, answer bound, temperature, policy name), whose world,
+    team, time limit and latency these arguments replace.
 
     A world that cannot be defined or built raises ValueError (one line) before any episode,
     as ``collective run`` would; everything found by running is in the report."""
@@ -138,15 +170,15 @@ def check_world(
         },
         world=each,
     )
-    report = Report(world)
-    base = EpisodeConfig(
+    report = Report(world, who)
+    player = policy if policy is not None else RandomPolicy()
+    base = msgspec.structs.replace(
+        like or EpisodeConfig(policy=player.name, tokenizer=tokenizer_of(player)),
         world=world,
         params=params,
         agents=agents,
         time_limit=time_limit,
         latency=latency_preset(latency),
-        policy="random",
-        tokenizer="bytes",
     )
     for n in sorted({1, agents}):
         check_runnable(_with(base, agents=n))
@@ -177,7 +209,7 @@ def check_world(
         for r in range(rollouts)
     ]
     # (They finish in any order: put them back in the configs' order.)
-    finished = run_episodes(configs, RandomPolicy(), concurrency=len(configs))
+    finished = run_episodes(configs, player, concurrency=len(configs))
     by_seeds = {(ep.config.world_seed, ep.config.sample_seed): ep for ep in finished}
     episodes = [by_seeds[(c.world_seed, c.sample_seed)] for c in configs]
     broken = [ep for ep in episodes if ep.end == "world_error"]
@@ -209,16 +241,18 @@ def check_world(
         )
     else:
         report.findings.append(
-            (True, f"{len(episodes)} random-team episodes ran to their end ({ends})")
+            (True, f"{len(episodes)} episodes of {report.team} ran to their end ({ends})")
         )
     first = episodes[0]
-    again = run_episode(configs[0], RandomPolicy())
-    if encode_episode(again) != encode_episode(first):
+    again = run_episode(configs[0], player)
+    deterministic = encode_episode(again) == encode_episode(first)
+    if not deterministic:
         report.findings.append(
-            (False, "the same seed gave different episodes: randomness not from self.rng?")
+            (False, f"the same seed gave different episodes: {_parted(first, again)}")
         )
     else:
         d = verify(first)
+        deterministic = d is None
         report.findings.append(
             (
                 True,
@@ -241,7 +275,14 @@ def check_world(
     else:
         how = "never falls (monotone = True)" if cls.monotone else "may fall (monotone = False)"
         report.findings.append((True, f"score in [0, 1] at every change; {how}"))
+    report.notes.append(_actions(episodes))
 
+    if not deterministic:
+        # A verdict read from episodes that the same seed does not repeat would judge noise.
+        report.notes.append(
+            "no verdict on whether there is something to learn until the world is deterministic"
+        )
+        return report
     chosen = sorted(set(limits)) if limits else [time_limit / 4, time_limit / 2, time_limit]
     for limit in chosen:
         scores = [score_before(ep, limit) for ep in episodes]
@@ -249,8 +290,52 @@ def check_world(
         spread = statistics.fmean(statistics.pstdev(g) for g in groups)
         scored = sum(x > 0 for x in scores) / len(scores)
         report.table.append((limit, statistics.fmean(scores), spread, scored))
-    report.verdict = _verdict(report.table)
+    report.verdict = _verdict(report.table, who)
     return report
+
+
+def _actions(episodes: Sequence[Episode]) -> str:
+    """How many of the team's answers did something: the share the world (or the engine)
+    refused, and the share that were no action at all. A team mostly refused has little to
+    learn from, whatever its score."""
+    answered = refused = rejected = 0
+    for ep in episodes:
+        for e in ep.events:
+            answered += isinstance(e, Thought)
+            refused += isinstance(e, Committed) and not e.ok
+            rejected += isinstance(e, Rejected)
+    if not answered:
+        return "actions: no answer in any episode"
+    return (
+        f"actions: {answered:,} answers; {refused / answered:.0%} refused by the world or the "
+        f"engine, {rejected / answered:.0%} not an action"
+    )
+
+
+def _parted(first: Episode, again: Episode) -> str:
+    """Where two runs of one seed first part, and what differed: the first event (as ``replay``
+    names it), else the first other part of the record that differs."""
+    d = first_divergence(first.events, again.events)
+    if d is not None:
+        e, g = d.expected, d.got
+        what = ""
+        if e is not None and g is not None and type(e) is type(g):
+            fields = [f for f in type(e).__struct_fields__ if getattr(e, f) != getattr(g, f)]
+            what = "\n  differs in: " + "; ".join(
+                f"{f} {getattr(e, f)!r} vs {getattr(g, f)!r}"[:200] for f in fields
+            )
+            if "prompt" in fields:  # (a hash of the prompt is all an event keeps)
+                what += f" (what agent {e.agent} saw: observe() or its inbox differed)"
+        t = (e if e is not None else g).t
+        first_, second = ("(ended)" if x is None else repr(x) for x in (e, g))
+        return (
+            f"the two runs part at event {d.index} (t={t!r})\n  first:  {first_}\n"
+            f"  second: {second}"
+            f"{what}\n  something the world reads is not seeded: draw from self.rng, "
+            "never from time, the global random module, id() or a set's order"
+        )
+    lines = differences(first, again, config=False)
+    return f"the same events, but {lines[0] if lines else 'other bytes'}"
 
 
 def _first_fall(ep: Episode) -> float | None:
@@ -261,23 +346,27 @@ def _first_fall(ep: Episode) -> float | None:
     return None
 
 
-def _verdict(table: list[tuple[float, float, float, float]]) -> str:
+def _verdict(table: list[tuple[float, float, float, float]], who: str = "random team") -> str:
     first, last = table[0], table[-1]
     limit, mean, spread, scored = last
+    one, many = ("random rollout", "random rollouts")
+    if who != "random team":
+        one, many = f"rollout of the {who}", f"rollouts of the {who}"
+    team = f"a {who}" if who == "random team" else f"the {who}"
     if scored == 0:
         return (
-            f"nothing to learn at {limit:g} s: no random rollout scored, so every advantage is "
+            f"nothing to learn at {limit:g} s: no {one} scored, so every advantage is "
             "0. Let partial progress score, give more time, or make the first steps easier."
         )
     if first[1] >= SATURATED:
         return (
-            f"saturated: a random team already scores {first[1]:.3f} by {first[0]:g} s; "
+            f"saturated: {team} already scores {first[1]:.3f} by {first[0]:g} s; "
             "shorten the time limit or grow the task."
         )
     if mean >= SATURATED:
         under = next((row[0] for row in table if row[1] < SATURATED), first[0])
         return (
-            f"little to learn at {limit:g} s: a random team nearly finishes ({mean:.3f}); "
+            f"little to learn at {limit:g} s: {team} nearly finishes ({mean:.3f}); "
             f"train at {under:g} s or less, where it does not."
         )
     if spread == 0:
@@ -287,12 +376,12 @@ def _verdict(table: list[tuple[float, float, float, float]]) -> str:
         )
     if scored < SCORED_ENOUGH:
         return (
-            f"too little to learn at {limit:g} s: only {scored:.0%} of random rollouts scored "
+            f"too little to learn at {limit:g} s: only {scored:.0%} of {many} scored "
             f"(mean {mean:.3f}), so most groups score all 0 and their advantages are 0. Let "
             "partial progress score, give more time, or make the first steps easier."
         )
     return (
-        f"something to learn at {limit:g} s: a random team scores {mean:.3f} with a spread of "
+        f"something to learn at {limit:g} s: {team} scores {mean:.3f} with a spread of "
         f"{spread:.3f} within a world seed; a policy that does better earns more."
     )
 

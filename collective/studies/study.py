@@ -13,6 +13,7 @@ modules=N`` fixes the task instead).
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -263,26 +264,56 @@ def scale_study(
     return rows
 
 
+def _load() -> float:
+    """Runnable processes per core this process may use (1: every core busy)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return os.getloadavg()[0] / (cores or 1)
+
+
 def _took(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
+# How a cell's seconds may grow with its agents, between two counts: no slower than in
+# proportion (a fixed cost shared by more agents would otherwise predict a big cell nearly free)
+# and no faster than the square (two noisy cells must not predict hours).
+GROWTH = (1.0, 2.0)
+# A cell shorter than this measures its start-up, not its agents: the first cell of a study of
+# 1, 8, 64 and 512 agents took 0.04 s and predicted a fifth of what the others took.
+MEASURABLE = 1.0
+
+
+def cell_seconds(done: Sequence[tuple[int, float]], agents: int) -> float:
+    """The seconds a cell of ``agents`` should take, from one policy's finished cells
+    ``(agents, seconds)``: the latest measurable cell's time grown as ``agents ** b``, where
+    ``b`` is read from the two latest measurable cells of different counts (bounded by
+    ``GROWTH``; in proportion with only one, or from the latest cell when none is measurable)."""
+    timed = [(n, s) for n, s in done if s >= MEASURABLE] or list(done[-1:])
+    n1, s1 = timed[-1]
+    b = GROWTH[0]
+    earlier = next(((n, s) for n, s in reversed(timed) if n != n1), None)
+    if earlier is not None:
+        n0, s0 = earlier
+        b = min(max(math.log(s1 / s0) / math.log(n1 / n0), GROWTH[0]), GROWTH[1])
+    return s1 * (agents / n1) ** b
+
+
 class Progress:
     """A line on stderr per finished cell, and the time left. A cell's cost grows with its
     agents, so a bar over cells (the study's first version) told nothing: four cells of 1, 8,
-    64 and 512 agents are 1% done after three. The estimate takes each policy's latest cell's
-    seconds per agent times the agents of the cells still to run (divided over Ray's workers):
-    rough (the per-agent cost drifts with the count, and under load), refined with every cell,
-    and given in all once every policy has run its first cell (the smallest counts come first
-    when the counts are given smallest first)."""
+    64 and 512 agents are 1% done after three. The estimate grows each policy's latest cell's
+    time to the agents of each cell still to run (``cell_seconds``, divided over Ray's
+    workers): rough (a busy machine slows what is left, and the line says when it is busy),
+    refined with every cell, and given in all once every policy has run its first cell (the
+    smallest counts come first when the counts are given smallest first)."""
 
     def __init__(
         self, cfg: ScaleConfig, jobs: Sequence[tuple[str, int]], cluster: ClusterConfig | None
     ) -> None:
         self.jobs, self.finished = list(jobs), 0
-        self.per_agent: dict[str, float] = {}
+        self.cells: dict[str, list[tuple[int, float]]] = {}
         self.workers = cluster.rollout_workers if cluster and cluster.backend == "ray" else 1
         self.t0 = time.perf_counter()
         self.total_said = False
@@ -300,19 +331,21 @@ class Progress:
 
     def done(self, row: ScaleRow) -> None:
         self.finished += 1
-        self.per_agent[row.policy] = row.wall_seconds / row.agents
+        self.cells.setdefault(row.policy, []).append((row.agents, row.wall_seconds))
         rest = self.jobs[self.finished :]
         line = (
             f"study scale: cell {self.finished}/{len(self.jobs)}: {row.policy} x {row.agents} "
             f"agents, score {row.score:.3f}, {_took(row.wall_seconds)}"
         )
-        if all(p in self.per_agent for p, _ in rest):
-            left = sum(self.per_agent[p] * n for p, n in rest) / self.workers
-            line += f"; about {_took(left)} left" if rest else ""
-            if not self.total_said and rest:
+        if rest and all(p in self.cells for p, _ in rest):
+            left = sum(cell_seconds(self.cells[p], n) for p, n in rest) / self.workers
+            line += f"; about {_took(left)} left"
+            if not self.total_said:
                 self.total_said = True
                 spent = time.perf_counter() - self.t0
                 line += f" (expected: about {_took(spent + left)} in all)"
+            if (load := _load()) > 1.5:
+                line += f" if the machine stays as busy (load {load:.1f} a core)"
         self.say(line)
 
 
@@ -336,6 +369,18 @@ PANELS = (
     ("batch_mean", "mean policy batch size"),
     ("time_to", "time to score {target} (s), over the seeds\nthat reached it (k/n: how many)"),
 )
+
+
+def heading(cfg: ScaleConfig) -> str:
+    seeds = f"{cfg.seeds} seed{'s' * (cfg.seeds != 1)}"
+    return f"Village to city: {cfg.world}, horizon {cfg.horizon:g} s, {seeds}"
+
+
+def unreached(rows: Sequence[ScaleRow], target: str, horizon: float) -> str | None:
+    """What the time-to-score panel says when it has nothing to draw: no cell reached it."""
+    if any(r.time_to.get(target) is not None for r in rows):
+        return None
+    return f"no cell reached a score\nof {target} within {horizon:g} s"
 
 
 def plot(rows: Sequence[ScaleRow], path: Path, cfg: ScaleConfig) -> None:
@@ -368,6 +413,8 @@ def plot(rows: Sequence[ScaleRow], path: Path, cfg: ScaleConfig) -> None:
                         textcoords="offset points",
                         color=line.get_color(),
                     )
+        if field == "time_to" and (note := unreached(rows, target, cfg.horizon)):
+            ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, color="grey")
         if field == "duplicate_rate" and all(r.duplicate_rate is None for r in rows):
             ax.text(
                 0.5,
@@ -383,7 +430,7 @@ def plot(rows: Sequence[ScaleRow], path: Path, cfg: ScaleConfig) -> None:
         if field in ("batch_mean",):
             ax.set_yscale("log")
     axes.flat[0].legend()
-    fig.suptitle(f"Village to city: {cfg.world}, horizon {cfg.horizon:g} s, {cfg.seeds} seeds")
+    fig.suptitle(heading(cfg))
     fig.tight_layout()
     save_figure(fig, path, "--out", dpi=100)
     plt.close(fig)

@@ -1,18 +1,19 @@
 """An episode as a swimlane picture (``collective show ep.msgpack --png timeline.png``).
 
-One lane per agent, on the simulated clock: thinking, working (world tools), communicating and
-waiting in four colours, each lane spanning the agent's life (a hired agent's lane starts when
-it was hired, a fired one's ends with a cross); every delivered message a thin arrow from the
-sender's lane when it was delivered to the receiver's lane when it was read; posts as ticks;
-and above the lanes, the anytime score. What the world does itself (its scheduled events, its
-posts, a world error) is on a ``world`` lane above the agents', where an episode has any: for a
-world with timed events they are what explains the agents' lanes. Past ``MAX_LANES`` agents the
-picture shows the first ``MAX_LANES`` and says so in its title: a lane thinner than that is no
-longer readable.
+One lane per agent, on the simulated clock: thinking, working (world tools), communicating, a
+refused call and waiting in five colours, each lane spanning the agent's life (a hired agent's
+lane starts when it was hired, a fired one's ends with a cross); every delivered message a thin
+arrow from the sender's lane when it was delivered to the receiver's lane when it was read;
+posts as ticks; and above the lanes, the anytime score. What the world does itself (its
+scheduled events, its posts, a world error) is on a ``world`` lane above the agents', where an
+episode has any: for a world with timed events they are what explains the agents' lanes. Past
+``MAX_LANES`` agents the picture shows the first ``MAX_LANES`` and says so in its title: a lane
+thinner than that is no longer readable.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +35,21 @@ from collective.views.timeline import (
 )
 
 MAX_LANES = 64
-COLOURS = {THINK: "#4c72b0", WORK: "#55a868", COMM: "#dd8452", WAIT: "#d5d5d5"}
-LABELS = {THINK: "thinking", WORK: "working (world tools)", COMM: "communicating", WAIT: "waiting"}
+REFUSED = "refused"  # a tool call or primitive the world or engine refused (ok = False)
+COLOURS = {
+    THINK: "#4c72b0",
+    WORK: "#55a868",
+    COMM: "#dd8452",
+    REFUSED: "#c44e52",
+    WAIT: "#d5d5d5",
+}
+LABELS = {
+    THINK: "thinking",
+    WORK: "working (world tools)",
+    COMM: "communicating",
+    REFUSED: "refused call",
+    WAIT: "waiting",
+}
 WORLD_COLOUR = "#c9a100"  # the world's own events and posts, on its lane
 
 
@@ -53,17 +67,27 @@ class Lanes:
     hires: list[tuple[int, float, int]] = field(default_factory=list)  # by, t, new
     posts: list[tuple[int, float]] = field(default_factory=list)
     rejected: list[tuple[int, float]] = field(default_factory=list)
+    calls: int = 0  # tool calls and primitives that ended, on every lane drawn or not
+    refused: int = 0  # of them, refused
     world: list[tuple[float, str, str]] = field(default_factory=list)  # t, event|post|error, what
 
 
-def lanes(ep: Episode | EpisodeStream, max_lanes: int = MAX_LANES) -> Lanes:
+def lanes(
+    ep: Episode | EpisodeStream,
+    max_lanes: int = MAX_LANES,
+    progress: Callable[[float], None] | None = None,
+) -> Lanes:
+    """What the picture draws; ``progress`` is told the simulated time read so far, now and
+    then (the reading is most of a big episode's drawing)."""
     spawned = [e for e in ep.events if type(e) is Spawned]
     shown = set(sorted(e.agent for e in spawned)[:max_lanes])
     hired = sum(e.by >= 0 for e in spawned)
     out = Lanes(sorted(shown), len(spawned), hired, {k: [] for k in COLOURS})
     open_: dict[int, list[float]] = {}
     tails: dict[int, ArrowOut] = {}
-    for item in activity(ep):
+    for n, item in enumerate(activity(ep)):
+        if progress is not None and n % 4096 == 0:
+            progress(item.t)
         match item:
             case Open(agent=a, t=t, kind=kind, args=args) if a in shown:
                 open_.setdefault(a, []).append(t)
@@ -73,10 +97,22 @@ def lanes(ep: Episode | EpisodeStream, max_lanes: int = MAX_LANES) -> Lanes:
                 start = open_[a].pop()
                 if kind == LIFE:
                     out.life[a] = (start, t, args.get("end", ""))
-                else:
-                    out.spans[kind].append((a, start, t))
-            case Mark(agent=a, t=t, name="rejected") if a in shown:
-                out.rejected.append((a, t))
+                    continue
+                # A refused call took its time as one that landed did, but achieved nothing:
+                # drawn in its own colour, so a team that is mostly refused does not look busy.
+                refused = kind in (WORK, COMM) and args.get("ok") is False
+                out.spans[REFUSED if refused else kind].append((a, start, t))
+                out.calls += kind in (WORK, COMM)
+                out.refused += refused
+            case Close(kind=kind, args=args) if kind in (WORK, COMM):
+                out.calls += 1
+                out.refused += args.get("ok") is False
+            case Mark(agent=a, t=t, name="tool error" | "rejected" as name):
+                # a call refused before it began, or an answer that was no action at all
+                out.calls += name == "tool error"
+                out.refused += name == "tool error"
+                if a in shown:
+                    out.rejected.append((a, t))
             case Board(t=t, name=name, args=args) if args.get("by") == "world":
                 what = args.get("text", name) if name == "post" else name
                 kind = "post" if name == "post" else "error" if name == "world error" else "event"
@@ -109,15 +145,21 @@ def title(ep: Episode | EpisodeStream, data: Lanes) -> str:
     policy = f", policy {c.policy}" if c.policy else ""
     text = f"{c.world}, {team}, org {c.org}{policy}: score {ep.score:.3f}"
     text += f" at {ep.duration:g} s ({ep.end})"
+    if data.refused:
+        text += f"; {data.refused:,} of {data.calls:,} calls refused"
     if data.total > n:
         text += f"\n(only the first {n} lanes are drawn; `collective trace` shows every agent)"
     return text
 
 
 def draw_timeline(
-    ep: Episode | EpisodeStream, path: str | Path, max_lanes: int = MAX_LANES
+    ep: Episode | EpisodeStream,
+    path: str | Path,
+    max_lanes: int = MAX_LANES,
+    progress: Callable[[float], None] | None = None,
 ) -> Path:
-    """Draw the episode's swimlanes and score curve into a PNG; returns the path."""
+    """Draw the episode's swimlanes and score curve into a PNG; returns the path. ``progress``:
+    see ``lanes``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,7 +168,7 @@ def draw_timeline(
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    data = lanes(ep, max_lanes)
+    data = lanes(ep, max_lanes, progress)
     n = len(data.agents)
     row = {a: i for i, a in enumerate(data.agents)}
     end = max(ep.duration, 1e-9)
@@ -249,6 +291,10 @@ def draw_timeline(
     handles: list[Artist] = [Patch(color=COLOURS[k], label=LABELS[k]) for k in COLOURS]
     handles.append(Line2D([], [], color="#5b2a86", lw=1, label="message (sent → read)"))
     handles.append(Line2D([], [], color="black", marker="^", lw=0, ms=5, label="post"))
+    if data.rejected:
+        handles.append(
+            Line2D([], [], color="#b22222", marker="|", lw=0, ms=7, label="no action / refused")
+        )
     if data.world:
         for marker, label in (("D", "world event"), ("^", "world post")):
             handles.append(

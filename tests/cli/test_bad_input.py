@@ -110,6 +110,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     # -- run: names ----------------------------------------------------------------------------
     ("unknown world", ["run", "atlantis"], 2, "unknown world 'atlantis'"),
     ("world file missing", ["run", "{tmp}/nowhere.py:W"], 2, "no file"),
+    (
+        "world file without its class",
+        ["run", str(HOSTILE)],
+        2,
+        f"is a file: name its World class, {HOSTILE}:ClassName ({HOSTILE} defines ",
+    ),
     ("no such class", ["run", f"{HOSTILE}:Nothing"], 2, "no World subclass named 'Nothing'"),
     ("module missing", ["run", "no_such_module_xyz:W"], 2, "cannot import module"),
     ("world without score()", ["run", f"{HOSTILE}:Scoreless"], 2, "defines no score() -> float"),
@@ -200,6 +206,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "score() returned 1.5",
     ),
+    ("check without a world", ["check"], 2, "check needs a WORLD, or --config CONFIG.toml"),
+    ("check an unknown policy", ["check", "tally", "--policy", "nope"], 2, "unknown policy 'nope'"),
     ("check unseeded", ["check", f"{FRAGILE}:Unseeded", *QUICK_CHECK], 1, "FAIL  the same seed"),
     ("check a liar", ["check", f"{FRAGILE}:Liar", *QUICK_CHECK], 1, "monotone = True, but"),
     # -- run: numbers --------------------------------------------------------------------------
@@ -1077,7 +1085,7 @@ def test_sizes_that_cannot_fit_are_refused_before_any_work(
         [*CLI, *(a.format(**env) for a in argv)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         preexec_fn=eight_gib,
     )
     took = time.monotonic() - t0
@@ -1156,7 +1164,7 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert done.returncode == 0, done.stderr
     whole = tmp_path / "whole"
@@ -1164,7 +1172,7 @@ def test_ctrl_c_then_kill_9_during_training_and_the_run_resumes_as_if_never_stop
         [*CLI, "train", str(config), "--out", str(whole), "--quiet"],
         capture_output=True,
         env=env,
-        timeout=300,
+        timeout=scaled(300),
         check=True,
     )
 
@@ -1201,7 +1209,7 @@ def test_training_without_matplotlib_skips_the_plots_with_a_note(tmp_path: Path)
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"] == 1

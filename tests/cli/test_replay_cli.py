@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from collective import load_episode
+from tests.support.busy import scaled
 
 CLI = [sys.executable, "-m", "collective.cli"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+        [*CLI, *args], capture_output=True, text=True, timeout=scaled(120), env=dict(os.environ)
     )
 
 
@@ -97,7 +98,9 @@ def test_a_random_run_and_fork_never_import_torch(tmp_path: Path) -> None:
         f"'--seed', '7', '--out', {str(fork)!r}]) == 0; "
         "print('torch' in sys.modules)"
     )
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=scaled(120)
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "False"
     assert load_episode(fork).config.tokenizer == "bytes"  # still declared by the policy

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from collective.studies.learner_cost import case_in_subprocess
+from tests.support.busy import scaled
 from tests.support.hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 
 GIB = 2**30
@@ -32,7 +33,7 @@ def case(tokenizer: Path, **kw) -> dict:
         outputs=64,
         tokens=1024,
     )
-    row = case_in_subprocess({**base, **kw}, timeout=280)
+    row = case_in_subprocess({**base, **kw}, timeout=scaled(280))
     assert "error" not in row, row.get("error")
     return row
 

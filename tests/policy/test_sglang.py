@@ -48,6 +48,7 @@ from policy.sglang import (
     split,
 )
 from tests.support import SUPPORT
+from tests.support.busy import scaled
 from tests.support.hf_tiny import make_model, make_tokenizer
 from tests.support.sglang_fake import FakeSGLang, RadixCache, stand_in_logprob
 from worlds.tally import Tally
@@ -431,7 +432,7 @@ def test_losing_the_only_server_is_the_error_with_no_warning_before_it(fake):
 def _collective(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("collective")
     return subprocess.run(
-        [str(exe), *args], capture_output=True, text=True, timeout=timeout, check=False
+        [str(exe), *args], capture_output=True, text=True, timeout=scaled(timeout), check=False
     )
 
 
@@ -859,7 +860,7 @@ def test_three_server_processes_split_update_and_survive_a_kill(model_dir, fake,
                 os.killpg(victim.proc.pid, signal.SIGKILL)
 
         trio.run(kill_mid_batch)
-        assert victim.proc.wait(5) == -signal.SIGKILL
+        assert victim.proc.wait(scaled(5)) == -signal.SIGKILL
         assert tokens(got) == tokens(reference)
         assert [r.logprobs for r in got] == [r.logprobs for r in reference]
         assert {r.version for r in got} == {1}

@@ -32,6 +32,7 @@ from policy.sglang.weights import (
     unflatten,
 )
 from tests.support import ROOT
+from tests.support.busy import scaled
 from tests.support.hf_tiny import make_model, make_tokenizer
 from tests.support.sglang_fake import FakeSGLang, read_safetensors
 
@@ -403,7 +404,7 @@ def test_the_sync_bench_times_every_method_and_each_left_the_weights_held(tmp_pa
         [sys.executable, script, "--quick", "--repeats", "2", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "weight_sync.json").read_text())

@@ -25,6 +25,7 @@ from collective.cli import main
 from collective.records import load_episode
 from policy.hf import pretrained
 from policy.hf.prompt import HEADER, is_chat, load_tokenizer, prompt_ids, prompt_text
+from tests.support.busy import scaled
 
 pytestmark = pytest.mark.heavy  # the build alone is 25-45 s
 
@@ -62,7 +63,11 @@ def sha256(path: Path) -> str:
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=600, env=env or dict(os.environ)
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=scaled(600),
+        env=env or dict(os.environ),
     )
 
 

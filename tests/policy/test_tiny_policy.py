@@ -47,6 +47,7 @@ from policy.tiny.decode import fit_prompt, seeds_tensor, uniforms
 from policy.tiny.invariant import SamplingNet
 from policy.uniform import RandomPolicy
 from tests.support import ROOT, SUPPORT
+from tests.support.busy import scaled
 from tests.support.spaces import spaces
 
 TEXT = ArgSpec("text", "text", max_chars=80, words=("add", "more"))
@@ -294,7 +295,7 @@ def probe(setting: str, model: str = "tiny") -> dict:
             env={**os.environ, **env},
             capture_output=True,
             text=True,
-            timeout=PROBE_TIMEOUT[model],
+            timeout=scaled(PROBE_TIMEOUT[model]),
             check=False,
         )
         assert r.returncode == 0, r.stderr

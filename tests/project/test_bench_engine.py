@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
+from tests.support.busy import scaled
 
 
 @pytest.mark.heavy
@@ -34,7 +35,7 @@ def test_quick_bench_writes_its_figures(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert done.returncode == 0, done.stderr
     for path in (engine / "engine.png", engine / "comparison.png", city / "comparison.png"):

@@ -1,14 +1,17 @@
-"""The suite survives a test that times out inside ``trio.run``
-(see ``tests/support/trio_timeouts.py``)."""
+"""The suite's health: it survives a test that times out inside ``trio.run`` (see
+``tests/support/trio_timeouts.py``), every subprocess deadline scales with the load, and a test
+that memory ended says so (``tests/support/busy.py``)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import SUPPORT
+from tests.support import ROOT, SUPPORT
+from tests.support.busy import memory_note, scaled
 
 SCRATCH = """
 import trio, pytest
@@ -64,7 +67,7 @@ def _pytest(
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         env={**os.environ, "PYTHONPATH": str(SUPPORT)},
     )
 
@@ -87,3 +90,53 @@ def test_a_thread_a_timed_out_run_abandoned_is_told_the_run_finished(tmp_path: P
     assert "PASSED test_scratch.py::test_after_it" in fixed.stdout, out[-3000:]
     assert "Bad file descriptor" not in out, out[-3000:]
     assert "Exception while delivering" not in out, out[-3000:]
+
+
+def _unscaled_subprocess_timeouts() -> list[str]:
+    """Every subprocess deadline in the suite that does not go through ``busy.scaled``: a
+    ``timeout`` given to ``subprocess.*``, ``.communicate`` or a process's ``.wait`` whose
+    expression calls no ``scaled``. (A fixed ``timeout=120`` that the load scaling did not
+    reach failed a benchmark's smoke test at a load of 15 on two cores.)"""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = ast.unparse(node.func)
+            process_wait = f.endswith(".wait") and f.removesuffix(".wait").endswith("proc")
+            if not (f.startswith("subprocess.") or f.endswith(".communicate") or process_wait):
+                continue
+            given = [kw.value for kw in node.keywords if kw.arg == "timeout"]
+            if process_wait:
+                given += node.args[:1]
+            for value in given:
+                calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+                if not any(ast.unparse(c.func) == "scaled" for c in calls):
+                    where = path.relative_to(ROOT)
+                    found.append(f"{where}:{node.lineno}: {f}(timeout={ast.unparse(value)})")
+    return found
+
+
+def test_every_subprocess_deadline_scales_with_the_load() -> None:
+    assert _unscaled_subprocess_timeouts() == []
+
+
+MEMORY_KILL = """
+def test_killed_by_memory():
+    raise RuntimeError(
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory"
+    )
+
+def test_a_plain_failure():
+    assert 1 == 2
+"""
+
+
+def test_a_test_killed_by_memory_says_so_in_its_failure(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, "busy", scratch=MEMORY_KILL)
+    out = done.stdout
+    assert "2 failed" in out, out[-3000:]
+    assert "killed by memory? the failure says 'OutOfMemoryError'" in out, out[-3000:]
+    assert " GiB available now" in out
+    # the plain failure is left as it is (but on a machine with under a tenth of it free)
+    assert out.count("killed by memory?") == (1 if memory_note("") is None else 2), out[-3000:]

@@ -29,6 +29,7 @@ from collective.replay import first_divergence, fork, prefix, replay, verify
 from policy.base import PolicyRequest, PolicyResponse
 from policy.scripted import ScriptedPolicy
 from policy.uniform import RandomPolicy
+from tests.support.busy import scaled
 from tests.support.episodes import run
 
 CLI = [sys.executable, "-m", "collective.cli"]
@@ -39,7 +40,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         [*CLI, *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         env={**os.environ, **(env or {})},
     )
 

@@ -18,6 +18,7 @@ import torch
 from collective import load_episode
 from collective.rl.train import load_config, train
 from tests.support import ROOT
+from tests.support.busy import scaled
 from tests.support.hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 from tests.support.training import comparable_metrics
 
@@ -50,11 +51,13 @@ def _run_and_replay(checkpoint: Path, episode: Path) -> float:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert r.returncode == 0, r.stderr
     score = float(json.loads(r.stdout)["score"])
-    r = subprocess.run([*CLI, "replay", str(episode)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [*CLI, "replay", str(episode)], capture_output=True, text=True, timeout=scaled(300)
+    )
     assert r.returncode == 0 and json.loads(r.stdout)["replay"] == "identical", r.stdout
     return score
 
@@ -142,7 +145,7 @@ def test_bad_learner_settings_stop_the_run_before_any_episode(tmp_path: Path) ->
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()

@@ -81,6 +81,11 @@ def cluster() -> Any:
         object_store_memory=80 * 1024**2,
         log_to_driver=False,
         logging_level="ERROR",
+        # Ray's memory monitor kills the newest worker once the *machine* passes 95% of its
+        # memory, whoever holds it: beside another job holding 10.5 GB it killed this module's
+        # workers, which need a few hundred MB. Off here; a real shortage is the kernel's to
+        # settle, and a test that dies of it says so (tests/support/busy.py, memory_note).
+        _system_config={"memory_monitor_refresh_ms": 0},
     )
     yield ray
     ray.shutdown()

@@ -20,6 +20,7 @@ from collective.rl.train import train, validate
 from policy.base import PolicyError, PolicyRequest
 from policy.roles import RolePolicy
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
+from tests.support.busy import scaled
 from tests.support.training import comparable_metrics, small_train
 
 NET = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=96)
@@ -144,14 +145,14 @@ def test_each_role_trains_its_own_model_and_a_resume_is_exact(tmp_path: Path) ->
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert out.returncode == 0, out.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "collective.cli", "run", "tally", "--policy", f"roles:{tmp_path}"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert bad.returncode == 2 and "no ROLE/latest.pt in it" in bad.stderr, bad.stderr
 

@@ -19,6 +19,7 @@ import pytest
 from collective.cli import main
 from collective.rl.rundir import LOCK, RunDir
 from collective.rl.train import load_config, read_metrics, train
+from tests.support.busy import scaled
 from tests.support.training import comparable_metrics, small_train
 
 CLI = [sys.executable, "-m", "collective.cli"]
@@ -66,7 +67,7 @@ def test_a_second_train_is_refused_naming_the_holder_and_kill_9_leaves_no_stale_
             (["train", "--resume", str(run), "--set", "steps=8"], f"process {holder.pid}"),
         ):
             second = subprocess.run(
-                [*CLI, *argv, "--quiet"], capture_output=True, text=True, timeout=120
+                [*CLI, *argv, "--quiet"], capture_output=True, text=True, timeout=scaled(120)
             )
             assert second.returncode == 2, second.stderr
             assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
@@ -82,7 +83,7 @@ def test_a_second_train_is_refused_naming_the_holder_and_kill_9_leaves_no_stale_
         [*CLI, "train", "--resume", str(run), "--quiet"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"] == 6
@@ -115,7 +116,7 @@ def test_a_resume_is_refused_while_another_process_resumes(tmp_path: Path) -> No
             train(small_train(steps=2), run, resume=True, progress=False)
         assert len(read_metrics(run)) == 1
     finally:
-        other.communicate("\n", timeout=30)
+        other.communicate("\n", timeout=scaled(30))
     assert len(train(small_train(steps=2), run, resume=True, progress=False)) == 1  # released
 
 

@@ -69,7 +69,7 @@ def test_the_main_job_reruns_bit_exact_whatever_the_batching(tmp_path: Path) -> 
             [*quick, "--out", str(run), "--quiet", "--set=plots=false", *short, *more],
             env=env,
             capture_output=True,
-            timeout=300,
+            timeout=scaled(300),
             check=True,
         )
     a, b = tmp_path / "a", tmp_path / "b"
@@ -266,7 +266,7 @@ def test_the_command_line_trains_resumes_and_plots(tmp_path: Path) -> None:
         [*cli, "train", quick, "--out", str(run), *sets, "--quiet"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         env=env,
     )
     assert r.returncode == 0, r.stderr
@@ -278,20 +278,22 @@ def test_the_command_line_trains_resumes_and_plots(tmp_path: Path) -> None:
         [*cli, "train", "--resume", str(run), "--quiet"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         env=env,
     )
     assert r.returncode == 0, r.stderr
     done = json.loads(r.stdout)
     assert done["steps"] == 2 and done["steps_now"] == 0, "a finished run: nothing more to do"
-    r = subprocess.run([*cli, "plot", str(run)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [*cli, "plot", str(run)], capture_output=True, text=True, timeout=scaled(120)
+    )
     assert r.returncode == 0, r.stderr
     assert {Path(p).name for p in r.stdout.split()} >= {"returns.png", "useful_work.png"}
     r = subprocess.run(
         [*cli, "run", "tally", "--policy", f"tiny:{run}/checkpoints/latest.pt"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert r.returncode == 0, r.stderr
 

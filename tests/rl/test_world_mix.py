@@ -23,6 +23,7 @@ from collective.rl.rundir import read_metrics
 from collective.rl.train import step_samples, train
 from collective.studies.resumable import train_digest
 from tests.support import ROOT
+from tests.support.busy import scaled
 from tests.support.training import comparable_metrics
 from tests.support.training import small_mix as mixed
 
@@ -144,8 +145,8 @@ def test_world_normalise_divides_each_worlds_advantages_by_its_spread(tmp_path: 
             if w == label
         ]
         assert mine, f"{label}: its groups' samples"
-        for scaled, flat in mine:
-            assert scaled == pytest.approx(flat / (spread + 1e-6))
+        for divided, flat in mine:
+            assert divided == pytest.approx(flat / (spread + 1e-6))
 
 
 def _sample_worlds(groups: list, worlds: list[str]) -> list[str]:
@@ -187,7 +188,7 @@ def test_a_bad_mix_is_one_line_and_exit_2_before_any_episode(
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert r.returncode == 2, r.stderr
     assert says in r.stderr and r.stderr.count("\n") == 1, r.stderr

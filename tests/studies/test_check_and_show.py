@@ -4,6 +4,9 @@ saw). Real episodes throughout; the verdicts are checked on worlds built to be e
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -15,6 +18,8 @@ from collective.cli import main
 from collective.studies.check import check_world, score_before
 from policy.uniform import RandomPolicy
 from tests.support import FRAGILE, ROOT
+from tests.support.busy import scaled
+from tests.support.training import SMALL_TOML
 
 GARDEN = f"{ROOT / 'examples' / 'garden.py'}:Garden"
 QUICK = ["--agents", "3", "--seeds", "2", "--rollouts", "3"]
@@ -126,3 +131,115 @@ def test_a_world_bug_run_writes_the_episode_and_show_names_the_bug(
         "raised RuntimeError: boom 7 at " + err.split(" at ")[-1].split(";")[0]
     )
     assert main(["replay", str(out), "--world", world]) == 0
+
+
+def test_check_names_where_two_runs_of_a_seed_part_and_gives_no_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A world that draws from the global random stream: the FAIL names the first event where
+    the two runs part and what differed, and no learnability verdict follows it (the scores of
+    a world that does not repeat itself say nothing of what a policy could learn)."""
+    assert main(["check", f"{FRAGILE}:Unseeded", *QUICK, "--time-limit", "60"]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("FAIL  the same seed"))
+    assert "the two runs part at event " in lines[at] and "(t=" in lines[at], lines[at]
+    assert lines[at + 1].startswith("      first:  ") and lines[at + 2].startswith("      second: ")
+    assert lines[at + 1] != lines[at + 2].replace("second:", "first: ")
+    assert lines[at + 3].startswith("      differs in: "), lines[at + 3]
+    assert "self.rng" in lines[at + 4]
+    assert "verdict:" not in out and "random team's score" not in out
+    assert "no verdict on whether there is something to learn" in out
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_verbose_on_a_world_error_shows_the_worlds_traceback_not_the_tools(command: str) -> None:
+    """``-v``: the world's traceback (logged where the bug happened), then the one line; not a
+    traceback of the command line's own, which would read as a crash of the tool."""
+    argv = [command, f"{FRAGILE}:Faulty", "--param", "bug=event"]
+    if command == "check":
+        argv += QUICK
+    done = subprocess.run(
+        [sys.executable, "-m", "collective.cli", "-v", *argv],
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "fragile.py" in done.stderr and "RuntimeError: boom 7" in done.stderr
+    assert "cli.py" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"collective {command}: error: world ") and "-v for" not in last
+
+
+def test_run_and_show_summaries_carry_the_worlds_own_metrics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ep.msgpack"
+    assert (
+        main(
+            ["run", f"{FRAGILE}:Refuses", "--agents", "2", "--time-limit", "20", "--out", str(out)]
+        )
+        == 0
+    )
+    summary = json.loads(capsys.readouterr().out)
+    metrics = load_episode(out).world_metrics
+    assert metrics["count"] > 0 and summary["world_metrics"] == metrics
+    assert main(["show", str(out), "--limit", "1"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"# world metrics: count {metrics['count']:g}, rang {metrics['rang']:g}"
+
+
+def test_check_judges_the_policy_it_is_given_not_a_random_team() -> None:
+    """The same world, a random team and a team that only waits: the random team leaves
+    something to learn, the waiting team nothing, and the report says whose episodes it read.
+    A team whose every call is refused is told so beside its scores."""
+    from policy.scripted import ScriptedPolicy
+
+    args = {"agents": 2, "seeds": 2, "rollouts": 3, "time_limit": 120.0}
+    random = check_world("tally", {}, **args)
+    assert random.verdict.startswith("something to learn at 120 s: a random team scores")
+    idle = check_world(
+        "tally", {}, policy=ScriptedPolicy(lambda r: "wait 5"), who="team of waiters", **args
+    )
+    assert idle.ok, idle.lines()
+    assert idle.verdict.startswith(
+        "nothing to learn at 120 s: no rollout of the team of waiters scored"
+    ), idle.verdict
+    lines = idle.lines()
+    assert "6 episodes of the team of waiters ran to their end" in lines[1]
+    assert any(line.startswith("The team of waiters's score at each time limit") for line in lines)
+    refused = check_world(
+        f"{FRAGILE}:Refuses", {}, policy=ScriptedPolicy(lambda r: "spend"), who="team", **args
+    )
+    assert "note  actions: " in "\n".join(refused.lines())
+    assert "100% refused by the world or the engine, 0% not an action" in "\n".join(refused.lines())
+
+
+def test_check_with_a_config_plays_the_runs_episodes_with_its_untrained_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``check --config``: the world, its largest team, the group size, the first time limit
+    and the latency are the config's, and the team plays the tiny model the run starts from
+    (fresh weights of the config's shape): the episodes say so, as training's first ones do."""
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL_TOML)
+    assert main(["check", "--config", str(config), "--seeds", "1"]) in (0, 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(
+        "check tally {'target': 12}: 3 agents, 1 world seeds x 3 rollouts of the team of the "
+        "untrained tiny model, T = 60 s, latency tiny (the episodes"
+    ), out[0]
+    assert "and the policy it starts from" in out[0]
+    assert "3 episodes of the team of the untrained tiny model ran to their end" in out[2]
+    assert out[-2].startswith("verdict: ") and "the untrained tiny model" in out[-2]
+    # --policy and the flags replace what the config says
+    assert main(["check", "tally", "--config", str(config), "--policy", "random", "--seeds",
+                 "1", "--agents", "2", "--time-limit", "30"]) == 0  # fmt: skip
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "2 agents, 1 world seeds x 3 rollouts of a random team, T = 30 s" in first, first
+    # another world in the config's place (as `train --set world=...` puts it), its params not
+    assert main(["check", GARDEN, "--config", str(config), "--seeds", "1"]) in (0, 1)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"check {GARDEN}: 3 agents, 1 world seeds x 3 rollouts of the team "
+                            "of the untrained tiny model, T = 60 s"), first  # fmt: skip

@@ -23,6 +23,7 @@ import pytest
 
 from collective.rl.train import load_config, read_metrics
 from tests.support import ROOT
+from tests.support.busy import scaled
 
 RUNS = ("main", "no_pressure", "latency_penalty", "per_agent", "ceo", "orchestrator", "islands")
 FIGURES = (
@@ -66,7 +67,7 @@ def _experiment(tmp_path: Path, *args: str) -> tuple[Path, dict]:
         [*cli, "experiment", "signs-of-life", "--quick", *args],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=scaled(900),
         cwd=work,
         env=env,
     )

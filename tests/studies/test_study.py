@@ -7,13 +7,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+import pytest
 import trio
 
 from collective import Conductor, EpisodeConfig, latency_preset
 from collective.records.signs import signs
-from collective.studies.study import ScaleConfig, cell
+from collective.studies.study import (
+    ScaleConfig,
+    cell,
+    cell_seconds,
+    heading,
+    plot,
+    unreached,
+)
 from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig, TinyModel, save_checkpoint
+from policy.uniform import RandomPolicy
+from tests.support.busy import scaled
 
 
 def test_scale_study_smoke(tmp_path: Path) -> None:
@@ -44,7 +55,7 @@ def test_scale_study_smoke(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert r.returncode == 0, r.stderr
     data = json.loads((out / "scale.json").read_text())
@@ -69,7 +80,7 @@ def _study(tmp_path: Path, world: str, *more: str) -> tuple[subprocess.Completed
         [sys.executable, "-m", "collective.cli", *study, *cell, "--out", str(out), *more],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert r.returncode == 0, r.stderr
     return r, json.loads((out / "scale.json").read_text())
@@ -103,7 +114,7 @@ def test_every_study_option_says_what_it_is() -> None:
         [sys.executable, "-m", "collective.cli", "study", "scale", "--help"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert r.returncode == 0
     lines = r.stdout.splitlines()
@@ -147,3 +158,29 @@ def test_useful_work_is_the_work_that_landed() -> None:
     assert all(s.refused_units > 0 and s.landed_units > 0 for s in landed)
     assert row.useful_per_agent == sum(s.landed_tokens / 2 for s in landed) / 2
     assert row.useful_per_agent < sum(e.stats.world_tokens / 2 for e in eps) / 2
+
+
+def test_a_cells_time_is_grown_from_the_cells_long_enough_to_time() -> None:
+    # in proportion from the one measurable cell; the 0.04 s cell (its start-up) is not read
+    assert cell_seconds([(1, 0.04), (8, 2.0)], 64) == pytest.approx(16.0)
+    # faster than in proportion between two measurable cells: 8 -> 64 took 4x per agent
+    assert cell_seconds([(8, 2.0), (64, 64.0)], 512) == pytest.approx(64.0 * 8**1 * 4)
+    # bounded: never below proportion, never above the square
+    assert cell_seconds([(8, 4.0), (64, 8.0)], 512) == pytest.approx(64.0)
+    assert cell_seconds([(2, 1.0), (4, 100.0)], 8) == pytest.approx(400.0)
+    # nothing measurable: the latest cell, in proportion
+    assert cell_seconds([(1, 0.01), (4, 0.02)], 16) == pytest.approx(0.08)
+
+
+def test_the_plot_says_one_seed_and_when_no_cell_reaches_the_target(tmp_path: Path) -> None:
+    one = ScaleConfig(checkpoint="", policies=("random",), agents=(1, 2), seeds=1, horizon=20)
+    assert heading(one).endswith("horizon 20 s, 1 seed")
+    assert heading(msgspec.structs.replace(one, seeds=3)).endswith(", 3 seeds")
+    rows = [cell(one, "random", RandomPolicy(), n) for n in one.agents]
+    target = f"{one.targets[0]:g}"
+    assert all(r.time_to[target] is None for r in rows), "20 s is too short to reach 0.25"
+    assert unreached(rows, target, 20) == "no cell reached a score\nof 0.25 within 20 s"
+    plot(rows, tmp_path / "scale.png", one)  # the note drawn where the points would be
+    assert (tmp_path / "scale.png").stat().st_size > 10_000
+    reached = msgspec.structs.replace(rows[0], time_to={target: 12.0})
+    assert unreached([reached, rows[1]], target, 20) is None

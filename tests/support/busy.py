@@ -8,6 +8,11 @@ that ratio (the larger of the 1- and 5-minute load averages over the cores this 
 run on, at least 1), ``scaled(seconds)`` a deadline of that many quiet seconds as of now, and
 the hook below scales every test's pytest-timeout (its marker's or the configured one) by the
 factor at the moment the test starts. A hang is still caught: later, by the same factor.
+
+Memory is the other thing a shared machine runs short of: a failed test whose report names a
+memory kill (Ray's monitor, a worker the kernel's OOM killer took, a ``MemoryError``), or that
+failed while the machine had under a tenth of its memory free, says so in its report
+(``memory_note``), so that it is not read as a bug of the code it tested.
 """
 
 from __future__ import annotations
@@ -44,6 +49,59 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     if isinstance(base, int | float) and base > 0:
         item.add_marker(pytest.mark.timeout(scaled(base), *args, **kwargs), append=False)
     yield
+
+
+# What a failure's text says when memory, not the code, ended it: Ray's memory monitor, Ray's
+# account of a worker that vanished (it names the kernel's OOM killer), Python's MemoryError.
+KILLED_BY_MEMORY = (
+    "OutOfMemoryError",
+    "running low on memory",
+    "memory usage threshold",
+    "OOM killer",
+    "MemoryError",
+)
+
+
+def available_memory() -> tuple[float, float]:
+    """(available, total) GiB of the machine's memory, from /proc/meminfo ((0, 0) elsewhere)."""
+    kib: dict[str, float] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("MemAvailable", "MemTotal"):
+                    kib[key] = float(value.split()[0])
+        return kib["MemAvailable"] / 2**20, kib["MemTotal"] / 2**20
+    except (OSError, KeyError, ValueError, IndexError):
+        return 0.0, 0.0
+
+
+def memory_note(failure: str) -> str | None:
+    """A line for a failed test that memory may have ended: when its text names a memory kill,
+    or the machine has under a tenth of its memory free now. None otherwise."""
+    free, total = available_memory()
+    named = next((s for s in KILLED_BY_MEMORY if s in failure), None)
+    low = total > 0 and free < total / 10
+    if named is None and not low:
+        return None
+    why = f"the failure says {named!r}" if named else "the machine's memory is nearly full"
+    return (
+        f"killed by memory? {why}; {free:.1f} of {total:.1f} GiB available now (other jobs' "
+        "memory counts: rerun it alone to tell)"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that memory may have ended says so in its report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        note = memory_note(str(report.longrepr))
+        if note is not None:
+            report.sections.append(("memory", note))
+            if isinstance(report.longrepr, str):
+                report.longrepr = f"{note}\n{report.longrepr}"
 
 
 def pytest_report_header() -> str:

@@ -304,3 +304,23 @@ class Unmeasured(Bumps):
     @classmethod
     def footprint(cls, n_agents: int, **params: object) -> int:
         return n_agents // 0
+
+
+class Named(World):
+    """A lexicon set per instance, growing with the team: ``p0`` .. ``p{4n-1}``."""
+
+    def __init__(self, n_agents: int = 1, seed: int = 0) -> None:
+        super().__init__(n_agents, seed)
+        self.lexicon = tuple(f"p{i}" for i in range(4 * n_agents))
+        self.count = 0
+
+    @tool(duration=1.0)
+    def tick(self, agent: int) -> str:
+        self.count += 1
+        return "tick"
+
+    def observe(self, agent: int) -> str:
+        return f"count {self.count}"
+
+    def score(self) -> float:
+        return min(1.0, self.count / 1000)

@@ -10,9 +10,10 @@ from matplotlib.image import imread
 
 from collective import EpisodeConfig, draw_timeline, load_episode, run_episode, save_episode
 from collective.cli import main
-from collective.records import Asked, Began, Fired, Happened, Posted
-from collective.views.swimlane import COLOURS, MAX_LANES, WORLD_COLOUR, lanes, title
+from collective.records import Asked, Began, Committed, Fired, Happened, Posted
+from collective.views.swimlane import COLOURS, MAX_LANES, REFUSED, WORLD_COLOUR, lanes, title
 from policy.uniform import RandomPolicy
+from tests.support import FRAGILE
 from tests.support.episodes import run
 
 
@@ -30,7 +31,7 @@ def test_four_agents_every_activity_drawn_and_coloured(tmp_path: Path) -> None:
     data = lanes(ep)
     assert data.agents == [0, 1, 2, 3] and data.total == 4
     assert len(data.spans["think"]) == sum(isinstance(e, Asked) for e in ep.events)
-    acts = sum(len(data.spans[k]) for k in ("work", "comm", "wait"))
+    acts = sum(len(data.spans[k]) for k in ("work", "comm", "wait", "refused"))
     assert acts == sum(isinstance(e, Began) for e in ep.events)
     assert len(data.messages) == ep.stats.delivered and len(data.posts) == ep.stats.posts
     assert all(sent <= read for _, sent, _, read in data.messages)
@@ -109,3 +110,28 @@ def test_the_title_counts_the_team_and_the_hires_apart(tmp_path: Path) -> None:
     data = lanes(ep)
     assert ep.stats.hires > 0 and data.total == 4 + ep.stats.hires
     assert title(ep, data).startswith(f"workshop, 4 agents + {ep.stats.hires} hired, org ceo")
+
+
+def test_refused_calls_are_drawn_apart_from_the_calls_that_landed(tmp_path: Path) -> None:
+    """Agents that call a tool the world always refuses (``Refuses.spend``), every other turn:
+    half their work is drawn in the refused colour and none of it in the working green, and the
+    title counts the refusals."""
+    ep = run(
+        lambda r: "spend" if r.turn % 2 == 0 else 'post all "hello"',
+        world=f"{FRAGILE}:Refuses",
+        agents=3,
+        time_limit=40,
+    )
+    data = lanes(ep)
+    refused = [e for e in ep.events if isinstance(e, Committed) and not e.ok]
+    assert refused and len(data.spans[REFUSED]) == len(refused)
+    # (only a call the end cut short, neither landed nor refused, is drawn as work)
+    assert all(end == ep.duration for _, _, end in data.spans["work"]), data.spans["work"]
+    assert data.spans["comm"], "the posts landed"
+    assert data.refused == len(refused) and data.calls == sum(
+        isinstance(e, Committed) for e in ep.events
+    )
+    assert f"{len(refused):,} of {data.calls:,} calls refused" in title(ep, data)
+    png = draw_timeline(ep, tmp_path / "t.png")
+    # (green is left in the legend and the call the end cut short)
+    assert _pixels(png, COLOURS[REFUSED]) > 20 * _pixels(png, COLOURS["work"])

@@ -47,3 +47,27 @@ def test_metrics_are_kept_and_diff_prints_them(
     assert main(["diff", str(a), str(b)]) == 1
     assert f"world_metrics: {x!r} vs {y!r}" in capsys.readouterr().out
     assert "| `metrics()` |" in GUIDE.read_text()
+
+
+def test_the_guide_lists_every_primitive_an_agent_has() -> None:
+    from collective.base.primitives import NAMES
+
+    text = GUIDE.read_text()
+    table = text[text.index("### What every agent can do besides your tools") :]
+    for name in NAMES:
+        assert f"| `{name} " in table, name
+
+
+def test_a_lexicon_set_per_instance_is_what_the_agents_draw_from() -> None:
+    """The guide says a lexicon may be set in the constructor, growing with the world: the
+    random team's messages then name words only the instance's lexicon holds."""
+    from collective import EpisodeConfig, run_episode
+    from collective.records import Sent
+    from policy.uniform import RandomPolicy
+
+    assert "self.lexicon = " in GUIDE.read_text()
+    ep = run_episode(
+        EpisodeConfig(world=f"{FRAGILE}:Named", agents=16, time_limit=120), RandomPolicy()
+    )
+    said = {w for e in ep.events if isinstance(e, Sent) for w in e.text.split()}
+    assert {w for w in said if w.startswith("p") and w[1:].isdigit() and int(w[1:]) >= 8}
