@@ -218,6 +218,12 @@ def check_world(
         how = "never falls (monotone = True)" if cls.monotone else "may fall (monotone = False)"
         report.findings.append((True, f"score in [0, 1] at every change; {how}"))
 
+    # A world may say what its episodes' metrics mean for learning (an ORS environment whose
+    # rewards come only with `finished`).
+    note = getattr(cls, "check_note", None)
+    if callable(note) and (said := note([dict(ep.world_metrics) for ep in episodes])):
+        report.notes.append(said)
+
     chosen = sorted(set(limits)) if limits else [time_limit / 4, time_limit / 2, time_limit]
     for limit in chosen:
         scores = [score_before(ep, limit) for ep in episodes]
