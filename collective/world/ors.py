@@ -502,6 +502,13 @@ class HttpSource:
         self.url, self.base, self.name = url, base, name
 
     def session(self, deadline: float) -> HttpSession:
+        try:
+            import httpx  # noqa: F401  (the ors extra)
+        except ImportError:
+            raise OrsError(
+                f"ors:{self.url}: reaching a served environment needs the ors extra: "
+                "pip install 'collective[ors]'"
+            ) from None
         return HttpSession(self, deadline)
 
 

@@ -21,16 +21,26 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-#: The ``call`` texts of the world events a record holds at t = 0, while a replay builds its
-#: worlds (None: not a replay, the world asks its service).
-_OPENING: ContextVar[tuple[str, ...] | None] = ContextVar("recorded_opening", default=None)
+
+class _Opening:
+    """A record's world events at t = 0 (their ``call`` texts), and how many of each kind the
+    worlds built so far have taken."""
+
+    def __init__(self, calls: Sequence[str]) -> None:
+        self.calls = tuple(calls)
+        self.taken: dict[str, int] = {}
+
+
+#: What a replay's worlds read while they are built (None: not a replay, a world asks its
+#: service).
+_OPENING: ContextVar[_Opening | None] = ContextVar("recorded_opening", default=None)
 
 
 @contextmanager
 def from_record(opening: Sequence[str] | None) -> Iterator[None]:
     """While this holds, worlds built read their opening from ``opening`` (the ``call`` texts of
     a record's world events at t = 0) rather than from the service they reach."""
-    token = _OPENING.set(None if opening is None else tuple(opening))
+    token = _OPENING.set(None if opening is None else _Opening(opening))
     try:
         yield
     finally:
@@ -43,14 +53,22 @@ def replaying() -> bool:
 
 
 def recorded_opening(event: str) -> str | None:
-    """The string argument of the first recorded world event ``event(...)`` at t = 0, or None
-    (not a replay, or the record holds no such event)."""
-    for call in _OPENING.get() or ():
+    """The string argument of the recorded world event ``event(...)`` at t = 0 that the world
+    being built recorded, or None (not a replay, or the record holds no such event). An
+    episode's worlds are built in the order of their groups, and record their events at t = 0
+    in that order; so the k-th world built takes the k-th such event."""
+    opening = _OPENING.get()
+    if opening is None:
+        return None
+    values = []
+    for call in opening.calls:
         if call.startswith(event + "(") and call.endswith(")"):
             try:
                 value = ast.literal_eval(call[len(event) + 1 : -1])
             except (ValueError, SyntaxError):
                 continue
             if isinstance(value, str):
-                return value
-    return None
+                values.append(value)
+    k = opening.taken.get(event, 0)
+    opening.taken[event] = k + 1
+    return values[k] if k < len(values) else None

@@ -125,6 +125,19 @@ def test_a_collective_of_4_on_a_served_environment_replays_byte_exact_without_it
     assert encode_episode(msgspec.structs.replace(again, config=ep.config)) == encode_episode(ep)
 
 
+def test_islands_open_a_session_each_and_replay_takes_each_its_own(server: str) -> None:
+    from collective.engine.organisation import make_organisation
+
+    islands = make_organisation("islands")
+    seed = next(s for s in range(50) if len({islands.variant_seed(g, s) % 3 for g in (0, 1)}) == 2)
+    cfg = _cfg(f"ors:{server}/tiles", org="islands", params={}, world_seed=seed)
+    ep = run_episode(cfg, RandomPolicy())
+    opened = [e for e in ep.events if isinstance(e, Happened) and e.t == 0]
+    assert len(opened) == 2 and opened[0].call != opened[1].call  # two groups, two tasks
+    again = replay(ep, world="ors:http://127.0.0.1:9/tiles")
+    assert encode_episode(msgspec.structs.replace(again, config=ep.config)) == encode_episode(ep)
+
+
 def test_the_score_is_the_rewards_so_far_capped_at_1_and_the_calls_keep_the_engines_order(
     server: str,
 ) -> None:
