@@ -107,6 +107,13 @@ def _outside(world: str) -> bool:
         return False
 
 
+def _recorded_bug(world: World, failed: Failed) -> WorldBug:
+    """The world error a record holds, raised again where it happened."""
+    bug = WorldBug(world, failed.method, RuntimeError(failed.error), agent=failed.agent)
+    bug.world, bug.error, bug.where = failed.world, failed.error, failed.where
+    return bug
+
+
 class Replay:
     """What a replay feeds back instead of measuring, for everything begun before ``until``:
     the real durations of tools (``hybrid``), and the answer times of policy calls in a ``real``
@@ -132,6 +139,7 @@ class Replay:
         # world events at t = 0, where it recorded what it found when it opened.
         self.results: dict[tuple[int, int], tuple[bool, str]] = {}
         self.opening: list[str] | None = None
+        self.failures: dict[tuple[int, int], Failed] = {}  # calls where the world failed
         cfg = episode.config
         outside = _outside(world or cfg.world)
         # Only a hybrid clock measures tools (any other records 0.0, which a replay recomputes):
@@ -148,6 +156,11 @@ class Replay:
                         self.results[(e.agent, e.act)] = (e.ok, e.result)
                 elif outside and isinstance(e, Happened) and e.t == 0.0:
                     self.opening.append(e.call)
+                elif outside and isinstance(e, Failed) and e.agent >= 0:
+                    # The call that failed: its agent's last action begun and never committed.
+                    acts = [k for k, t in begun.items() if k[0] == e.agent and t < until]
+                    if acts:
+                        self.failures[max(acts)] = e
             if not outside:
                 self.opening = None
         measured = math.inf if cfg.clock == "real" else cfg.recorded_answers_until
@@ -661,6 +674,9 @@ class LiveEpisode:
         # Only a hybrid clock charges the tool's real time.
         t0 = time.perf_counter() if self.cfg.clock == "hybrid" else 0.0
         if world.outside and self.replay is not None:
+            failed = self.replay.failures.get((actor.id, act))
+            if failed is not None:  # the service failed here: so does the replay, as recorded
+                raise _recorded_bug(world, failed)
             recorded = self.replay.results.get((actor.id, act))
             if recorded is not None:  # the record stands in for the service
                 ok, result = recorded

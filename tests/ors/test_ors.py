@@ -363,6 +363,9 @@ def test_an_environment_that_breaks_mid_episode_is_one_line_exit_2_the_record_ke
     assert says in err and "the episode is in" in err
     ep = load_episode(out)
     assert ep.end == "world_error" and ep.events  # nothing lost
+    # and its replay fails where it failed, as recorded, with nobody at the server's address
+    again = replay(ep, world=world.format(url="http://127.0.0.1:9"))
+    assert encode_episode(msgspec.structs.replace(again, config=ep.config)) == encode_episode(ep)
 
 
 def test_the_docs_example_is_the_file_and_runs_and_replays(
