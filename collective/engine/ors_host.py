@@ -61,6 +61,12 @@ def environment(world: str, params: dict[str, Any], agents: int = 1, tasks: int 
         specs = probe.tool_specs()
     finally:
         probe.close()
+    for spec in specs:
+        if any(a.name == "agent" for a in spec.args):
+            raise ValueError(
+                f"world {world!r}: tool {spec.name!r} has an argument named 'agent', which "
+                "serve-ors adds to every tool (the agent that calls)"
+            )
 
     def model(spec: Any) -> type:
         fields: dict[str, Any] = {"agent": (int, Field(0, ge=0, le=agents - 1))}
