@@ -221,6 +221,46 @@ def test_two_training_steps_on_a_served_environment(server: str, tmp_path: Path)
     assert 1 <= len(tasks) <= 2
 
 
+def test_a_mix_names_ors_worlds_in_worlds_tables_both_ways(
+    server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "mix.toml"
+    config.write_text(
+        f"""
+steps = 1
+groups_per_step = 2
+group_size = 2
+concurrency = 4
+max_output_tokens = 12
+plots = false
+
+[[worlds]]
+world = "ors:{server}/tiles"
+params = {{task = 2}}
+team_sizes = [4]
+time_limit_start = 60.0
+time_limit_end = 60.0
+
+[[worlds]]
+world = "examples/ors_coins.py:Coins"
+team_sizes = [2]
+time_limit_start = 30.0
+time_limit_end = 30.0
+
+[model]
+d_model = 32
+n_layers = 1
+n_heads = 2
+d_ff = 64
+context = 96
+"""
+    )
+    rc, _, err = _cli(capsys, "train", str(config), "--out", str(tmp_path / "run"))
+    assert rc == 0, err
+    worlds = {load_episode(p).config.world for p in (tmp_path / "run").rglob("*.msgpack")}
+    assert worlds <= {f"ors:{server}/tiles", "examples/ors_coins.py:Coins"} and worlds
+
+
 def test_the_sdks_own_client_drives_a_world_served_by_serve_ors() -> None:
     from openreward import AsyncOpenReward
 
