@@ -333,6 +333,7 @@ def test_check_says_when_rewards_only_come_with_finished(
     ("args", "says"),
     [
         (["ors:{dead}/tiles"], "no server answers"),
+        (["ors:localhost:8080"], "give ors:http://HOST:PORT/NAME"),
         (["ors:{silent}/tiles", "--param", "deadline=1"], "no answer within the deadline (1 s)"),
         (
             ["ors:{url}/tiles", "--param", "task=7"],
