@@ -257,7 +257,8 @@ class OrsWorld(World):
             raise ValueError(f"{name}: deadline must be seconds > 0, got {deadline}")
         self.split, self.duration, self.deadline = split, float(duration), float(deadline)
         self.session: Session | None = None
-        self.calls: list[tuple[str, dict[str, Any]]] = []  # every call so far, for a fork
+        # The calls replayed from a record, for a fork to send a new session past it.
+        self.calls: list[tuple[str, dict[str, Any]]] = []
         self.rewards = 0.0
         self.finished = False
         self.counts = {"calls": 0, "rewards": 0, "rewards_before_finished": 0}
@@ -300,7 +301,7 @@ class OrsWorld(World):
 
         if self.session is None:  # a fork past its record: open the session, catch it up
             self.session = await trio.to_thread.run_sync(self._reopen)
-        self.calls.append((name, payload))
+            self.calls.clear()  # (the live session holds what they did now)
         out = await trio.to_thread.run_sync(self.session.call, name, payload)
         return self._take(out)
 

@@ -6,6 +6,7 @@ the SDK's own client against ``collective serve-ors``, and the bad input, each o
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -199,6 +201,34 @@ def test_a_fork_past_the_record_needs_the_server_and_says_so(
     )
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "no server answers" in err and "a fork goes on past the record" in err
+
+
+def test_a_forks_first_live_call_finds_the_session_where_the_record_left_it(server: str) -> None:
+    import trio
+
+    from collective.engine.registry import make_world, resolve_world
+    from collective.world.outside import from_record
+
+    ref = f"ors:{server}/tiles"
+    live = make_world(ref, 2, 0, {"task": 0})  # task 0: targets 1 and 4
+    opening = [f"ors_opened({_opened(live)!r})"]  # what its record would hold at t = 0
+    live.close()
+    with from_record(opening):
+        world = resolve_world(ref)(n_agents=2, seed=0, task=0)
+    assert world.session is None  # built from the record: no server asked
+    world.replayed("flip", 0, (1,), True, "[reward 0.2] flipped 1")  # recorded: tile 1 flipped
+    try:
+        again = trio.run(world.call_tool, "flip", 1, (1,))
+        fresh = trio.run(world.call_tool, "flip", 1, (4,))
+    finally:
+        world.close()
+    assert again == "[reward 0.0] flipped 1"  # the new session was sent the recorded flip first
+    assert fresh == "[reward 0.2] flipped 4" and world.score() == pytest.approx(0.4)
+
+
+def _opened(world: Any) -> str:
+    opened = {"split": world.split, "task": world.task, "prompt": world.prompt}
+    return json.dumps({**opened, "tools": world.tools}, sort_keys=True)
 
 
 def test_two_training_steps_on_a_served_environment(server: str, tmp_path: Path) -> None:
