@@ -98,8 +98,8 @@ def resolve_world(ref: str) -> type[World]:
         cls = ors_world(LocalSource(cls), name)
     if not (inspect.isclass(cls) and issubclass(cls, World)):
         raise ValueError(
-            f"world {ref!r}: {where} has no World subclass (nor openreward Environment) named "
-            f"{name!r}" + (f" (it is a {type(cls).__name__})" if cls is not None else "")
+            f"world {ref!r}: {where} has no World subclass named {name!r} (nor an openreward "
+            "Environment)" + (f"; it is a {type(cls).__name__}" if cls is not None else "")
         )
     _loaded[ref] = cls
     return cls

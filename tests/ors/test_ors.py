@@ -372,7 +372,8 @@ def test_check_says_when_rewards_only_come_with_finished(
         (["ors:{url}/tiles", "--param", "split=dev"], "no split 'dev'"),
         (
             ["tests.support.ors_envs:Tile"],
-            "no World subclass (nor openreward Environment) named 'Tile'",
+            "no World subclass named 'Tile' (nor an openreward Environment); it is a "
+            "ModelMetaclass",
         ),
         (["tests.support.ors_envs:Wide"], "tool 'pay', field 'amount': a number field"),
     ],
