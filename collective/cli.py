@@ -230,13 +230,12 @@ def _world_to_import(ep: EpisodeStream, a: argparse.Namespace) -> str | None:
 
 @command
 def cmd_replay(a: argparse.Namespace) -> int:
-    from collective.engine.registry import check_runnable
-    from collective.replay import audit, first_divergence, fork, prefix
+    from collective.replay import audit, check_replayable, first_divergence, fork, prefix
     from policy.factory import make_policy
 
     ep = open_episode(a.episode)
     world = _world_to_import(ep, a)
-    check_runnable(msgspec.structs.replace(ep.config, world=world or ep.config.world))
+    check_replayable(ep, world, fork=a.until is not None)
     t0 = time.perf_counter()
     if a.until is None:
         for option, given in (("--out", a.out is not None), ("--seed", a.seed is not None)):
@@ -738,6 +737,29 @@ def cmd_experiment(a: argparse.Namespace) -> int:
     return signs_of_life.main(a.args)
 
 
+# -- serve-ors ---------------------------------------------------------------------------------
+
+
+@command
+def cmd_serve_ors(a: argparse.Namespace) -> int:
+    try:
+        import openreward  # noqa: F401  (the optional extra)
+    except ImportError:
+        raise ValueError("serve-ors needs the ors extra: pip install 'collective[ors]'") from None
+    from collective.engine.ors_host import environment, serve
+
+    if a.agents < 1 or a.tasks < 1:
+        raise ValueError("serve-ors needs --agents >= 1 and --tasks >= 1")
+    env = environment(a.world, dict(a.param), a.agents, a.tasks)  # a bad world: one line now
+    say(
+        f"serving {a.world} as ORS environment {env.__name__.lower()!r} on "
+        f"http://{a.host}:{a.port}/{env.__name__.lower()} ({a.agents} agent(s) a session)",
+        file=sys.stderr,
+    )
+    serve(a.world, dict(a.param), host=a.host, port=a.port, agents=a.agents, tasks=a.tasks)
+    return 0
+
+
 # -- the parser --------------------------------------------------------------------------------
 
 
@@ -979,6 +1001,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--real", action="store_true", help="wall-clock times (episodes run with --clock real)"
     )
+
+    so = sub.add_parser("serve-ors", help="serve a world as an Open Reward Standard environment")
+    so.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
+    so.add_argument("--port", type=int, required=True)
+    so.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    so.add_argument("--agents", type=int, default=1, help="agents a session's world is built for")
+    so.add_argument("--tasks", type=int, default=16, help="world seeds in each split")
+    _add_param(so)
 
     d = sub.add_parser("diff", help="the first divergence between two episodes")
     d.add_argument("a")

@@ -49,6 +49,7 @@ from collective.engine.agenda import Agenda, Answer, Land, Resume, Timer, WorldE
 from collective.engine.cast import Cast
 from collective.engine.comms import Comms, Outcome
 from collective.engine.quiescence import Quiescence, Resumed, Signalled
+from collective.engine.registry import resolve_world
 from collective.records import (
     CHUNK_RECORDS,
     Asked,
@@ -76,6 +77,7 @@ from collective.records import (
     blank_turn,
 )
 from collective.world import Scalar, ToolError, World, WorldBug, checked_score
+from collective.world.outside import from_record
 from policy.base import PolicyRequest, PolicyResponse
 
 log = get_logger("collective.engine.episode")
@@ -96,6 +98,22 @@ class Recorder(Protocol):
     def write(self, part: Part) -> None: ...
 
 
+def _outside(world: str) -> bool:
+    """Whether the world ``world`` names reaches outside the process (``World.outside``); a
+    reference that names nothing here is not (its replay fails later, saying why)."""
+    try:
+        return resolve_world(world).outside
+    except ValueError:
+        return False
+
+
+def _recorded_bug(world: World, failed: Failed) -> WorldBug:
+    """The world error a record holds, raised again where it happened."""
+    bug = WorldBug(world, failed.method, RuntimeError(failed.error), agent=failed.agent)
+    bug.world, bug.error, bug.where = failed.world, failed.error, failed.where
+    return bug
+
+
 class Replay:
     """What a replay feeds back instead of measuring, for everything begun before ``until``:
     the real durations of tools (``hybrid``), and the answer times of policy calls in a ``real``
@@ -107,23 +125,44 @@ class Replay:
         episode: Episode | EpisodeStream,
         until: float = math.inf,
         most_events: int | None = None,
+        world: str | None = None,
     ) -> None:
+        """``world``: the reference the replay runs in place of the record's (only a world the
+        user named is ever imported)."""
         self.until = until
         # A replay of a whole record ends at one event past it (``event_limit``): it has
         # diverged by then, whatever limits the record declares.
         self.most_events = most_events
         self.real: dict[tuple[int, int], float] = {}
         self.answered: dict[tuple[int, int], float] = {}
+        # An outside world's (``World.outside``): each call's recorded (ok, result), and the
+        # world events at t = 0, where it recorded what it found when it opened.
+        self.results: dict[tuple[int, int], tuple[bool, str]] = {}
+        self.opening: list[str] | None = None
+        self.failures: dict[tuple[int, int], Failed] = {}  # calls where the world failed
         cfg = episode.config
+        outside = _outside(world or cfg.world)
         # Only a hybrid clock measures tools (any other records 0.0, which a replay recomputes):
         # so a long virtual episode's replay holds no table of every action.
-        if cfg.clock == "hybrid":
+        if cfg.clock == "hybrid" or outside:
+            self.opening = []
             begun: dict[tuple[int, int], float] = {}
             for e in episode.events:
                 if isinstance(e, Began):
                     begun[(e.agent, e.act)] = e.t
                 elif isinstance(e, Committed) and begun.pop((e.agent, e.act), math.inf) < until:
                     self.real[(e.agent, e.act)] = e.real
+                    if outside:
+                        self.results[(e.agent, e.act)] = (e.ok, e.result)
+                elif outside and isinstance(e, Happened) and e.t == 0.0:
+                    self.opening.append(e.call)
+                elif outside and isinstance(e, Failed) and e.agent >= 0:
+                    # The call that failed: its agent's last action begun and never committed.
+                    acts = [k for k, t in begun.items() if k[0] == e.agent and t < until]
+                    if acts:
+                        self.failures[max(acts)] = e
+            if not outside:
+                self.opening = None
         measured = math.inf if cfg.clock == "real" else cfg.recorded_answers_until
         # From the turns, not the Thought events: an answer still in flight at the end, or
         # meant for an agent fired meanwhile, has a turn (and its landing time) but no Thought.
@@ -154,7 +193,9 @@ class LiveEpisode:
             # The replay's own bound, not the cap the record declares: named apart, so a
             # diverged replay does not read as one that reached the 5,000,000-event cap.
             self.max_events, self.capped = bound, "replay_bound"
-        self.cast = Cast(cfg)
+        # A replay's outside worlds open from the record, not from their service.
+        with from_record(None if replay is None else replay.opening):
+            self.cast = Cast(cfg)
         self.org = self.cast.org
         self.worlds = self.cast.worlds
         self.actors = self.cast.actors
@@ -636,6 +677,19 @@ class LiveEpisode:
         world = self.worlds[actor.group]
         # Only a hybrid clock charges the tool's real time.
         t0 = time.perf_counter() if self.cfg.clock == "hybrid" else 0.0
+        if world.outside and self.replay is not None:
+            failed = self.replay.failures.get((actor.id, act))
+            if failed is not None:  # the service failed here: so does the replay, as recorded
+                raise _recorded_bug(world, failed)
+            recorded = self.replay.results.get((actor.id, act))
+            if recorded is not None:  # the record stands in for the service
+                ok, result = recorded
+                try:
+                    world.replayed(action.tool, actor.local, action.args, ok, result)
+                except Exception as e:
+                    ok, result = self._tool_failed(actor, action.tool, e)
+                self._land_tool(actor, act, action.tool, ok, result, t0)
+                return True
         try:
             value = world.call_tool(action.tool, actor.local, action.args)
             if type(value) is not str and inspect.isawaitable(value):  # str: the common case

@@ -1,4 +1,6 @@
-"""Finding a world by name: a built-in, ``path/to/file.py:Class`` or ``package.module:Class``."""
+"""Finding a world by name: a built-in, ``path/to/file.py:Class`` or ``package.module:Class``
+(a World, or an Open Reward Standard environment class), or ``ors:http://HOST:PORT/NAME`` (an
+environment served over HTTP)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from collective.world import (
     checked_score,
     convert_params,
 )
+from collective.world.ors import OrsError
 
 _loaded: dict[str, type[World]] = {}
 
@@ -40,8 +43,18 @@ def resolve_world(ref: str) -> type[World]:
     cls = _loaded.get(ref)
     if cls is not None:
         return cls
+    if ref.startswith("ors:"):  # an Open Reward Standard environment served over HTTP
+        from collective.world.ors import HttpSource, ors_world
+
+        source = HttpSource(ref.removeprefix("ors:"))
+        cls = _loaded[ref] = ors_world(source, source.name)
+        return cls
     builtins = builtin_worlds()
     target = builtins.get(ref, ref)
+    if target not in builtins.values():
+        from collective.world.ors import quiet_sdk
+
+        quiet_sdk()  # (before the module imports the SDK, if it does)
     if ":" not in target:
         if target.endswith(".py") or "/" in target:
             raise ValueError(_name_the_class(target))
@@ -84,8 +97,15 @@ def resolve_world(ref: str) -> type[World]:
                 raise
             raise ValueError(f"world {ref!r}: importing {where} failed: {_told(e)}") from e
     cls = getattr(module, name, None)
+    from collective.world.ors import LocalSource, is_environment, ors_world
+
+    if is_environment(cls):  # an Open Reward Standard environment, run in this process
+        cls = ors_world(LocalSource(cls), name)
     if not (inspect.isclass(cls) and issubclass(cls, World)):
-        raise ValueError(f"world {ref!r}: {where} has no World subclass named {name!r}")
+        raise ValueError(
+            f"world {ref!r}: {where} has no World subclass named {name!r} (nor an openreward "
+            "Environment)" + (f"; it is a {type(cls).__name__}" if cls is not None else "")
+        )
     _loaded[ref] = cls
     return cls
 
@@ -144,6 +164,8 @@ def make_world(ref: str, n_agents: int, seed: int, params: dict[str, Any]) -> Wo
         world = cls(n_agents=n_agents, seed=seed, **params)
     except MemoryError:
         raise
+    except OrsError as e:  # the environment or its server: what went wrong, not where
+        raise ValueError(f"world {ref!r}: {e}") from e
     except Exception as e:
         bug = WorldBug(cls, "__init__", e)
         raise ValueError(f"world {ref!r}: building it failed: {bug.error} at {bug.where}") from e

@@ -12,6 +12,9 @@ from collective.replay.rerun import (
     audit as audit,
 )
 from collective.replay.rerun import (
+    check_replayable as check_replayable,
+)
+from collective.replay.rerun import (
     compare as compare,
 )
 from collective.replay.rerun import (

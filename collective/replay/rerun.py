@@ -29,6 +29,7 @@ from collective.base.actions import longest_action
 from collective.engine.actor import default_program
 from collective.engine.conductor import Conductor
 from collective.engine.episode import Recorder, Replay
+from collective.engine.registry import check_runnable, resolve_world
 from collective.records import (
     Chunk,
     Closing,
@@ -41,6 +42,7 @@ from collective.records import (
     episode_parts,
 )
 from collective.replay.recorded import RecordedPolicy
+from collective.world.outside import from_record
 from policy import tokenizer as byte_tokenizer
 from policy.base import Policy, PolicyError, PolicyUnavailable
 from policy.watched import Watched
@@ -113,7 +115,7 @@ def replay(
     # Bounded by what the record holds, not by the limits it declares: a replay one event past
     # the record has diverged already, and a file that declares time_limit=1e308 and
     # max_events=2**63-1 must not make it run without end.
-    fed = Replay(ep, most_events=len(ep.events) + 1)
+    fed = Replay(ep, most_events=len(ep.events) + 1, world=world)
     return _rerun(ep, answers, fed, recorder, **changes)
 
 
@@ -156,7 +158,31 @@ def fork(
     recorded: Policy = RecordedPolicy(ep.turns, live=policy, until=until)
     if progress is not None:
         recorded = Watched(recorded, progress)
-    return _rerun(ep, recorded, Replay(ep, until), **changes)
+    return _rerun(ep, recorded, Replay(ep, until, world=world), **changes)
+
+
+def check_replayable(ep: Record, world: str | None = None, *, fork: bool = False) -> None:
+    """``check_runnable`` for a replay of ``ep`` (with ``world`` in place of its own, if
+    given): a world that reaches outside the process (``World.outside``, a server) is built
+    from the record, so a replay needs no server; a fork continues live past its time, so it
+    does, and a missing one is said in one line."""
+    cfg = msgspec.structs.replace(ep.config, world=world or ep.config.world)
+    try:
+        outside = resolve_world(cfg.world).outside
+    except ValueError:
+        outside = False  # (check_runnable says why in a moment)
+    if not outside:
+        check_runnable(cfg)
+    elif fork:
+        try:
+            check_runnable(cfg)
+        except ValueError as e:
+            raise ValueError(
+                f"{e}; a fork goes on past the record, where it needs the world's server"
+            ) from e
+    else:
+        with from_record(Replay(ep, world=cfg.world).opening):
+            check_runnable(cfg)
 
 
 def prefix(events: Sequence[Any], until: float) -> list[Any]:

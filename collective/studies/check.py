@@ -277,6 +277,12 @@ def check_world(
         report.findings.append((True, f"score in [0, 1] at every change; {how}"))
     report.notes.append(_actions(episodes))
 
+    # A world may say what its episodes' metrics mean for learning (an ORS environment whose
+    # rewards come only with `finished`).
+    note = getattr(cls, "check_note", None)
+    if callable(note) and (said := note([dict(ep.world_metrics) for ep in episodes])):
+        report.notes.append(said)
+
     if not deterministic:
         # A verdict read from episodes that the same seed does not repeat would judge noise.
         report.notes.append(

@@ -166,6 +166,10 @@ class World:
     #: world that declares one; "" = none. What its tools add with ``contribute`` is what later
     #: episodes of a training run find there (``commons = "on"`` in the training config).
     commons: ClassVar[str] = ""
+    #: True for a world whose tools reach outside the process (a server): a replay then hands
+    #: each call's recorded result to :meth:`replayed` instead of calling the tool, so it is
+    #: exact without the server (``collective/world/outside.py``).
+    outside: ClassVar[bool] = False
 
     _tool_decls: ClassVar[dict[str, _ToolDecl]]
 
@@ -229,6 +233,13 @@ class World:
 
     def close(self) -> None:
         """Release real resources (temporary directories, processes) when the episode ends."""
+
+    def replayed(
+        self, name: str, agent: int, args: tuple[int | str, ...], ok: bool, result: str
+    ) -> None:
+        """An ``outside`` world's tool call, replayed: bring the state to what the recorded
+        ``result`` says (the engine lands the result as recorded)."""
+        raise NotImplementedError(f"{type(self).__name__} sets outside = True: define replayed()")
 
     # -- what a subclass may call: events of its own ------------------------------------------
 
