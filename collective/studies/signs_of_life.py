@@ -162,9 +162,9 @@ SCRIPTS = tuple(workshop_scripts())  # oracle, hire_everyone, never_pass_keys, n
 CONTROLS = tuple(k for k in SCRIPTS if k != "oracle")
 KINDS = ("random", "untrained", "trained")
 SEEDLESS = ("random", *SCRIPTS)  # no training seed, no weights (still a row per seed: below)
-#: Held-out instances: training seed s is measured on its own fresh ones, world seeds
-#: BASE + SPAN * s + i (latency curves: LATENCY_BASE + ...), and every baseline (random, the
-#: scripts) on the same seed's, so each per-seed figure carries its instances' sampling noise,
+#: Held-out instances: training seed s is measured on its own fresh ones, world and sampling
+#: seeds BASE + SPAN * s + i (latency curves: LATENCY_BASE + ...), and every baseline (random,
+#: the scripts) on the same seed's, so each per-seed figure carries its instances' sampling noise,
 #: a t-interval over seeds covers seed and instance variation alike
 #: (tests/studies/test_intervals.py), and every contrast pairs rows drawn alike.
 BASE, LATENCY_BASE, SPAN = 90_000, 50_000, 1_000
@@ -361,7 +361,7 @@ def episode(
         world_agents=(task or team) if cfg.org in ("ceo", "flat") else 0,
         budget=budget,
         world_seed=base + instance,
-        sample_seed=instance,
+        sample_seed=base + instance,  # (each seed's instances sample apart too)
         time_limit=limit,
         max_output_tokens=cfg.max_output_tokens,
         latency=latency_preset(cfg.latency),
@@ -723,7 +723,7 @@ def measure_all(
 # bump when what a measurement computes changes (2: episodes in config order; 3: landed work,
 # message and post tokens per agent-second; 4: re-used by digest; 5: keys taught, scripted
 # controls, a 16x horizon on a 2 s grid)
-MEASURE_VERSION = 6
+MEASURE_VERSION = 7
 
 
 def measured_file(out: Path, part: str, n: int) -> Path:
