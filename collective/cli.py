@@ -1004,10 +1004,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     so = sub.add_parser("serve-ors", help="serve a world as an Open Reward Standard environment")
     so.add_argument("world", help="built-in name, path/to/file.py:Class or package.module:Class")
-    so.add_argument("--port", type=int, required=True)
+    so.add_argument("--port", type=integer, required=True)
     so.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
-    so.add_argument("--agents", type=int, default=1, help="agents a session's world is built for")
-    so.add_argument("--tasks", type=int, default=16, help="world seeds in each split")
+    so.add_argument(
+        "--agents", type=integer, default=1, help="agents a session's world is built for"
+    )
+    so.add_argument("--tasks", type=integer, default=16, help="world seeds in each split")
     _add_param(so)
 
     d = sub.add_parser("diff", help="the first divergence between two episodes")

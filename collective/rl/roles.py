@@ -60,7 +60,9 @@ class RoleLearner:
         self.model.version = version + 1  # every role's, stepped or not (the setter says why)
         # (each role's figures without the wall-clock ones, which a rerun does not reproduce)
         clocked = ("learner_seconds", "learner_tokens_per_s")
-        roles = {r: {k: v for k, v in s.items() if k not in clocked} for r, s in per_role.items()}
+        roles = {
+            r: {k: float(v) for k, v in s.items() if k not in clocked} for r, s in per_role.items()
+        }  # (optimiser_step as 1.0 or 0.0: a role's figures are numbers)
         return {**combined(per_role), "roles": roles}
 
     def state(self) -> dict[str, Any]:

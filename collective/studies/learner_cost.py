@@ -111,7 +111,9 @@ class NaiveHFModel:
     def install(model: Any) -> None:
         from policy.hf.grammar import masked_logits
 
-        def score(prompts, outputs, masks, temperature, entropy_grad=False):
+        def score(prompts, outputs, masks, temperature, entropy_grad=False, top_p=1.0):
+            if top_p != 1.0:
+                raise ValueError("the naive learner measures the full distribution: top_p = 1")
             device = model.device
             seqs = [p + o[:-1] for p, o in zip(prompts, outputs, strict=True)]
             width = max(len(s) for s in seqs)

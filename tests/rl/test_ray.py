@@ -389,7 +389,6 @@ def test_with_lag_a_fleet_keeps_each_episode_to_one_version_by_disk_and_from_mem
                 lag=2,
                 max_staleness=2,  # (the default, 1, would drop the episodes of version step - 2)
                 steps=4,
-                entropy_coef=0.01,  # a gradient at every step, whatever the returns
                 cluster=ClusterConfig(backend="ray", rollout_workers=1),
             )
             spec = f"sglang:{','.join(urls)} weights={weights}"
@@ -413,11 +412,16 @@ def test_with_lag_a_fleet_keeps_each_episode_to_one_version_by_disk_and_from_mem
             a, b = disk[version], memory[version]
             assert set(a) == set(b)
             assert all(torch.equal(a[n], b[n]) for n in a), f"version {version} differs"
-    # The learner moved at every step, so a version sent late would differ from its own.
+    # Where the learner moved (a step with signal), a version sent late would differ from its
+    # own; a step without signal takes no optimiser step, so its version holds the weights of
+    # the one before.
     by_version = held["disk"][0]
+    stepped = [m.optimiser_step for m in read_metrics(tmp_path / "disk")]
+    assert any(stepped[1:4]), "no step of 1-3 had signal: the check below would say nothing"
     for v in ("1", "2", "3"):
         a, b = by_version[v], by_version[str(int(v) + 1)]
-        assert any(not torch.equal(a[n], b[n]) for n in a), f"versions {v} and {int(v) + 1} equal"
+        moved = any(not torch.equal(a[n], b[n]) for n in a)
+        assert moved == stepped[int(v)], f"versions {v} and {int(v) + 1}: moved {moved}"
 
 
 def test_a_launched_server_on_a_ray_cluster_is_refused(

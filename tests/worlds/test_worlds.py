@@ -545,11 +545,18 @@ def test_the_guides_second_part_shows_real_code_and_real_output(
 
     guide = (ROOT / "docs" / "writing-a-world.md").read_text()
     blocks = re.findall(r"```(?:python)?\n(.*?)```", guide.split("# Part two")[1], re.S)
-    events, _, check = blocks
+    events, _, *checks = blocks
     assert events in (ROOT / "worlds" / "wildfire.py").read_text(), "quoted as it is"
-    command, *printed = check.splitlines()
-    argv = command.removeprefix("$ collective ").split()
-    assert main([argv[0], GARDEN, *argv[2:]]) == 0
-    assert capsys.readouterr().out.replace(GARDEN, "examples/garden.py:Garden").splitlines() == (
-        printed
-    )
+    assert len(checks) == 2, "check with a random team, then with a config's starting policy"
+    for check, whole in zip(checks, (True, False), strict=True):  # (the second, with lines elided)
+        command, *printed = check.splitlines()
+        argv = command.removeprefix("$ collective ").split()
+        argv = [str(ROOT / a) if a.startswith("configs/") else a for a in argv]
+        assert main([argv[0], GARDEN, *argv[2:]]) == 0
+        out = capsys.readouterr().out.replace(GARDEN, "examples/garden.py:Garden")
+        lines = out.replace(f"{ROOT}/", "").splitlines()
+        if whole:
+            assert lines == printed, command
+        else:  # the guide elides lines ("..."): the rest are the output's, in order
+            rest = iter(lines)
+            assert all(p in rest for p in printed if p != "..."), (command, lines)
