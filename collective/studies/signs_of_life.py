@@ -52,8 +52,10 @@ The findings, as the reference work states them:
    organisation scores the better island). Each organisation's random and untrained baselines
    run through its own protocol (the same organisation, instances and limit).
 
-Each training seed starts from its own initial weights (TrainConfig sets the model's seed to the
-run's), so the untrained baseline is as many different untrained policies as there are seeds.
+Every run starts from the prior (``PRIOR``: the same weights for every seed; seeds differ in what
+they sample and which instances they see), except ``main_scratch``, whose seeds each start from
+their own fresh weights (TrainConfig sets the model's seed to the run's). A run's "untrained"
+baseline is its starting weights, whichever they are.
 
 Findings about change over training are read from the training curve held out: the main run's
 saved checkpoints (step 0 = the initial weights, every ``snapshot_every`` steps, the last), each
@@ -250,8 +252,8 @@ OWN_START = ("main_scratch",)  # runs whose starting weights (their "untrained")
 
 
 def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
-    """Train (or finish, or re-use) run ``name`` with training seed ``seed`` (TrainConfig gives
-    the model the same seed, so each seed starts from its own initial weights). A run is
+    """Train (or finish, or re-use) run ``name`` with training seed ``seed`` (from the prior, or
+    from fresh weights of the same seed where the variant has no ``init``). A run is
     re-used only when its config digest (the full resolved config) matches, resumed when it
     matches but stopped midway, and trained afresh when it differs
     (:mod:`collective.studies.resumable`)."""
@@ -1769,16 +1771,17 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
         f"quick={s['quick']}; training seeds by run {s['seeds_by_run']}, {s['instances']} held-out "
         f"instances per team size; {s['wall_seconds'] / 60:.1f} min in all "
         f"({s['train_seconds'] / 60:.1f} training, "
-        f"{s['jobs']} at a time), {s['cpu_seconds'] / 60:.1f} CPU min. Each training seed starts "
-        "from its own initial weights (the model's seed is the training seed)."
+        f"{s['jobs']} at a time), {s['cpu_seconds'] / 60:.1f} CPU min. Every run starts from "
+        "the prior (bench/results/prior/), main_scratch from each seed's own fresh weights: a "
+        "run's 'untrained' is its starting weights."
         + (
             " Summarised with --complete-only from the runs that had finished: the times above "
             "are the summary's alone, not the training's."
             if s.get("complete_only")
             else ""
         ),
-        "Every figure: mean [95% Student-t interval over training seeds] (a policy with one "
-        "row, random, its instances' bootstrap). Verdict: each finding is judged by paired "
+        "Every figure: mean [95% Student-t interval over training seeds], each seed held out on "
+        "its own fresh instances, random and the scripts too. Verdict: each finding is judged by paired "
         "contrasts, by training seed and instance, against the same seed's untrained weights "
         "and random (and the claim's size, where it has one); yes only when every contrast is "
         "on the claimed side and the largest of their p-values, Holm-adjusted over the "
