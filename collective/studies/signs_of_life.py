@@ -1781,9 +1781,10 @@ def write_readme(out: Path, s: dict[str, Any]) -> None:
             else ""
         ),
         "Every figure: mean [95% Student-t interval over training seeds], each seed held out on "
-        "its own fresh instances, random and the scripts too. Verdict: each finding is judged by paired "
-        "contrasts, by training seed and instance, against the same seed's untrained weights "
-        "and random (and the claim's size, where it has one); yes only when every contrast is "
+        "its own fresh instances, random and the scripts too. Verdict: each finding is judged "
+        "by paired contrasts, by training seed and instance, against the same seed's "
+        "untrained weights and random (and the claim's size, where it has one); yes only when "
+        "every contrast is "
         "on the claimed side and the largest of their p-values, Holm-adjusted over the "
         f"{len(PRIMARY)} primary findings named in advance, is below 0.05 "
         "(collective/studies/intervals.py).",
