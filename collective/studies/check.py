@@ -260,7 +260,8 @@ def check_world(
                 f"({len(first.events):,} events)",
             )
             if d is None
-            else (False, f"replay diverged: {d.describe()}")
+            # (a replay is the same seed run again: an unseeded world may agree once by chance)
+            else (False, f"the same seed gave different episodes on replay: {d.describe()}")
         )
     falls = [(ep, t) for ep in episodes if (t := _first_fall(ep)) is not None]
     if cls.monotone and falls:
