@@ -632,6 +632,15 @@ def versus(
     return contrast(a, seeds, b, base_seeds)
 
 
+def kinds_of(name: str) -> tuple[str, ...]:
+    """The policies run ``name`` is measured with at EVAL_T: the main run every baseline and
+    script; a run with its own protocol or its own start its random and starting weights too;
+    any other only its trained weights (its baselines are the main run's)."""
+    if name == "main":
+        return (*KINDS, *SCRIPTS)
+    return KINDS if name in ORGS + OWN_START else ("trained",)
+
+
 def measurements(runs: dict[str, list[Path]]) -> list[str]:
     """Every held-out measurement the findings need, longest first: ``NAME|KIND|LIMIT`` (an
     evaluation) or ``latency|KIND`` (the main run's latency curves). The scripted controls run
@@ -640,13 +649,7 @@ def measurements(runs: dict[str, list[Path]]) -> list[str]:
     if "no_pressure" in runs:
         jobs += [f"no_pressure|{k}|{LOOSE:g}" for k in KINDS]
     for name in runs:
-        kinds = (
-            (*KINDS, *SCRIPTS)
-            if name == "main"
-            else KINDS
-            if name in ORGS + OWN_START
-            else ("trained",)
-        )
+        kinds = kinds_of(name)
         jobs += [f"{name}|{k}|{EVAL_T:g}" for k in kinds]
     # the held-out training curve: the main run's kept checkpoints, at the same limit
     jobs += [f"main|step{s}|{EVAL_T:g}" for s in snapshot_steps(runs["main"])]
@@ -1311,13 +1314,7 @@ def main(argv: list[str] | None = None) -> int:
     heldout: dict[str, dict[str, dict[str, Interval]]] = {}
     raw: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for name in runs:
-        kinds = (
-            (*KINDS, *SCRIPTS)
-            if name == "main"
-            else KINDS
-            if name in ORGS + OWN_START
-            else ("trained",)
-        )
+        kinds = kinds_of(name)
         raw[name] = {k: got[f"{name}|{k}|{EVAL_T:g}"] for k in kinds}
         heldout[name] = {
             k: {
