@@ -20,21 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import msgspec
 import torch
 
 from collective.rl.config import load_config
-from collective.rl.rundir import StepMetrics, read_metrics, snapshot_name
+from collective.rl.rundir import snapshot_name
 from collective.rl.train import train
+from collective.studies.rerun import comparable
 from policy.tiny import TinyModel
-
-
-def comparable(run: Path) -> list[dict[str, object]]:
-    """A run's metrics lines without the wall-clock fields (what a rerun must match)."""
-    return [
-        {k: v for k, v in msgspec.to_builtins(m).items() if k not in StepMetrics.WALL_CLOCK}
-        for m in read_metrics(run)
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:

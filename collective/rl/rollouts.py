@@ -231,7 +231,7 @@ class Schedule:
         self._skip_done()
         if self.reserve:  # (its step's first groups ran: its version exists)
             g, i = self.reserve.pop(0)
-            return self._issue(g, i, self._version(max(0, g // self.draws - self.cfg.lag)))
+            return self._issue(g, i, self._version(self._needs_of(g)))
         if self.group >= self.cfg.steps * self.draws or self.latest < self._needs_of(self.group):
             return None
         g, i = self.group, self.member
