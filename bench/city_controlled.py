@@ -1,4 +1,4 @@
-"""Village to city, with its controls: the study of :mod:`collective.studies.city` (its
+"""Village to city, with its controls: the study of :mod:`experiments.city` (its
 docstring is the full protocol), run from the checkout.
 
     python bench/city_controlled.py            # train (resumable), run, summarise
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from collective.studies.city import main
+from experiments.city import main
 from worlds.city import CityPublicKeys as CityPublicKeys
 from worlds.city import CityWorkshop as CityWorkshop
 

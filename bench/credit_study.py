@@ -43,7 +43,7 @@ from bench.world_mix import _train, held_out, scores
 from collective.rl.config import TrainConfig, mix
 from collective.rl.rundir import read_metrics
 from collective.studies.intervals import interval_text, paired_contrast, seed_interval
-from collective.studies.resumable import digest, file_digest, train_digest
+from experiments.resumable import digest, file_digest, train_digest
 from policy.scripted import ScriptedPolicy, workshop_scripts
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 from policy.uniform import RandomPolicy

@@ -72,7 +72,7 @@ from collective import (
 from collective.engine.conductor import roomy_gc
 from collective.records import Asked, encode_episode
 from collective.replay import verify
-from collective.studies.gitref import engine_at, python_env
+from experiments.gitref import engine_at, python_env
 from policy.base import PolicyRequest, PolicyResponse
 
 ROOT = Path(__file__).resolve().parent.parent

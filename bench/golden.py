@@ -179,7 +179,7 @@ def compute(known_only: bool = False) -> dict[str, dict[str, str]]:
 def at_ref(ref: str) -> dict[str, dict[str, str]]:
     """The digests the engine at git ``ref`` gives for the same cases (this file's)."""
     # (imported here: this file runs on the engine at the ref too, which may not have it)
-    from collective.studies.gitref import engine_at, python_env
+    from experiments.gitref import engine_at, python_env
 
     with tempfile.TemporaryDirectory() as tmp:
         engine_at(ref, Path(tmp), ROOT)

@@ -34,7 +34,7 @@ from 151,936 rows, as a real model's padded rows are masked. Speed does not depe
 weights' values.
 
 ``--case JSON`` runs one learner case and prints its result; the cases themselves, each run in
-a fresh process, are :mod:`collective.studies.learner_cost` (``tests/policy/test_hf_memory.py`` runs
+a fresh process, are :mod:`experiments.learner_cost` (``tests/policy/test_hf_memory.py`` runs
 them too).
 """
 
@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from collective.studies.learner_cost import SHAPES, build_model, case_in_subprocess, run_case
+from experiments.learner_cost import SHAPES, build_model, case_in_subprocess, run_case
 
 _HERE = Path(__file__).resolve().parent
 OUT = _HERE / "results" / "gpu"

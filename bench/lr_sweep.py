@@ -31,7 +31,7 @@ import torch
 
 from collective.base.outputs import write_file
 from collective.rl.train import read_metrics
-from collective.studies import signs_of_life as sol
+from experiments import signs_of_life as sol
 from policy.tiny import TinyModel
 
 OUT = Path(__file__).resolve().parent / "results" / "lr_sweep"

@@ -31,8 +31,8 @@ import msgspec
 import torch
 
 from collective.base.outputs import write_file
-from collective.studies.prior import SFT, make_prior, measure
-from collective.studies.setting import MODEL
+from experiments.prior import SFT, make_prior, measure
+from experiments.setting import MODEL
 from policy.tiny import TinyModel, TinyPolicy
 
 OUT = Path(__file__).resolve().parent / "results" / "prior"

@@ -41,7 +41,7 @@ from collective.rl.config import TrainConfig, load_config, mix
 from collective.rl.roles import trained_roles
 from collective.rl.rollouts import episode_config
 from collective.studies.intervals import interval_text, paired_contrast, seed_interval
-from collective.studies.resumable import digest, file_digest, train_digest, train_exact
+from experiments.resumable import digest, file_digest, train_digest, train_exact
 from policy.roles import RolePolicy
 from policy.tiny import TinyModel, TinyPolicy
 from policy.uniform import RandomPolicy

@@ -61,7 +61,7 @@ def main() -> int:
     sizes = [int(x) for x in a.sizes.split(",")]
 
     from bench.policy_speed import record_workload
-    from collective.studies.gitref import engine_at, python_env
+    from experiments.gitref import engine_at, python_env
     from policy.tiny import TinyConfig
 
     pool = record_workload(TinyConfig(), "workshop", (2, 4), episodes=8, limit=300.0)

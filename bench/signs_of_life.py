@@ -1,4 +1,4 @@
-"""Signs of life, earned: the study of :mod:`collective.studies.signs_of_life` (its docstring
+"""Signs of life, earned: the study of :mod:`experiments.signs_of_life` (its docstring
 says what it trains, measures and judges), run from the checkout.
 
     python bench/signs_of_life.py                 # everything: 7 variants x 3 seeds x 60 steps
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from collective.studies.signs_of_life import main
+from experiments.signs_of_life import main
 
 if __name__ == "__main__":
     sys.exit(main())

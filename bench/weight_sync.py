@@ -50,7 +50,7 @@ METHODS = ("disk", "tensor", "distributed")
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))  # the stand-in lives with the tests
     from collective.rl.make_model import make_tiny_lm
-    from collective.studies.learner_cost import build_model
+    from experiments.learner_cost import build_model
     from policy.sglang import SGLangPolicy
     from policy.sglang.weights import checkpoint_tensors
     from tests.support.sglang_fake import FakeSGLang

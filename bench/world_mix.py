@@ -11,7 +11,7 @@ seed and instance, with a t-interval over the seeds (``collective.studies.interv
     python bench/world_mix.py --quick        # 2 seeds x 4 steps, ~2 min: the machinery only
 
 Writes ``bench/results/world_mix/`` (``summary.json``, ``world_mix.png``, ``runs/``); runs and
-measurements are re-used by digest (``collective.studies.resumable``), so a stopped study
+measurements are re-used by digest (``experiments.resumable``), so a stopped study
 resumes.
 """
 
@@ -32,7 +32,7 @@ from collective.engine.conductor import run_episodes
 from collective.records import EpisodeConfig
 from collective.rl.config import TrainConfig, WorldEntry, load_config, mix
 from collective.studies.intervals import paired_contrast, seed_interval
-from collective.studies.resumable import digest, file_digest, train_digest, train_exact
+from experiments.resumable import digest, file_digest, train_digest, train_exact
 from policy.tiny import TinyModel, TinyPolicy
 from policy.uniform import RandomPolicy
 

@@ -730,11 +730,35 @@ def cmd_study(a: argparse.Namespace) -> int:
     return 0
 
 
+#: The experiments ``collective experiment`` runs: the names ``python -m experiments`` knows
+#: (``experiments/__main__.py``; ``tests/studies/test_experiment_command.py`` holds the two equal).
+EXPERIMENTS = ("signs-of-life",)
+
+
 @command
 def cmd_experiment(a: argparse.Namespace) -> int:
-    from collective.studies import signs_of_life
+    """An experiment of the ``experiments`` package shipped beside the library, run as
+    ``python -m experiments [-v] NAME ARGS`` by this interpreter in this environment; its exit
+    code is the command's.
 
-    return signs_of_life.main(a.args)
+    A process of its own rather than an import, because the library imports nothing of the
+    experiments (``tests/project/test_import_graph.py``): they are programs on top of it, and
+    the experiment is one already (it forks its pool of training runs, and its Ctrl-C, errors
+    and exit code are its own). It is found by module path, not by an entry point group,
+    because an entry point is read from the installed distribution's metadata: a checkout on
+    the path, or an editable install made before the group was declared, would not list it,
+    where a module path needs only that the package be importable, as the library itself is.
+    A Ctrl-C at a terminal reaches the whole foreground process group, so the experiment has it
+    too and ends as it would alone; this process waits for it."""
+    import subprocess
+
+    run = [sys.executable, "-m", "experiments", *["-v"] * a.verbose, a.name, *a.args]
+    with subprocess.Popen(run) as child:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue  # the experiment has it too and decides how it ends
 
 
 # -- serve-ors ---------------------------------------------------------------------------------
@@ -991,7 +1015,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     ex = sub.add_parser("experiment", help="run a packaged experiment")
-    ex.add_argument("name", choices=["signs-of-life"])
+    ex.add_argument("name", choices=EXPERIMENTS)
     ex.add_argument("args", nargs=argparse.REMAINDER, help="passed on (e.g. --quick)")
 
     tr = sub.add_parser("trace", help="an episode as a trace for Perfetto or chrome://tracing")
@@ -1021,32 +1045,40 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logsetup.configure(args.verbose)
+    return run_command(args.command, args.verbose, lambda: COMMANDS[args.command](args))
+
+
+def run_command(name: str, verbose: int, run: Callable[[], int]) -> int:
+    """``run()``'s exit code, with an error it raises said as the one line ``collective NAME:
+    error: ...`` and exit 2 (a Ctrl-C: ``interrupted``, 130), or raised whole with ``verbose``.
+    Every command goes through it, and so does an experiment in its own process
+    (``python -m experiments``), so that its errors read as the command's."""
     try:
-        return COMMANDS[args.command](args)
+        return run()
     except BrokenPipeError:  # `collective show ... | head`: the reader has all it wanted
         sys.stdout = None  # nothing more to flush at exit
         return 0
     except KeyboardInterrupt:
-        if args.verbose:
+        if verbose:
             raise
-        say(f"collective {args.command}: interrupted", file=sys.stderr)
+        say(f"collective {name}: interrupted", file=sys.stderr)
         return 130
     except MemoryError:
-        if args.verbose:
+        if verbose:
             raise
-        say(f"collective {args.command}: error: out of memory", file=sys.stderr)
+        say(f"collective {name}: error: out of memory", file=sys.stderr)
         return 2
     except (EpisodeFileError, ValueError, FileNotFoundError, PolicyError) as e:
-        if args.verbose:
+        if verbose:
             raise
         one_line = printable(" ".join(str(e).split()))  # a message may run to many lines
-        say(f"collective {args.command}: error: {one_line}", file=sys.stderr)
+        say(f"collective {name}: error: {one_line}", file=sys.stderr)
         return 2
     except OSError as e:  # a write no writer of outputs.py made (a library's): still one line
-        if args.verbose:
+        if verbose:
             raise
         where = f"{e.filename}: " if e.filename else ""
-        say(f"collective {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
+        say(f"collective {name}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
 
 

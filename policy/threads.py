@@ -4,7 +4,7 @@ every policy of the process (a training run serves several versions at once).
 Each thread runs torch on one intra-op thread: on a small CPU that is the parallelism that pays
 (a decode step is dozens of small kernels), and a prompt's kernels are then the same calls
 whatever else is sampled beside it. A forked child has none of its parent's threads, so it
-forgets the parent's pools and makes its own (``collective.studies.signs_of_life`` forks its
+forgets the parent's pools and makes its own (``experiments.signs_of_life`` forks its
 jobs)."""
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
 - ``views/``: trace and swimlane (``collective.views``);
 - ``rl/``: training: the loop, its math, config, run directory, loggers, plots, Ray
   (``collective.rl``);
-- ``studies/``: the studies and ``collective check`` (``collective.studies``);
+- ``studies/``: the studies and ``collective check`` (``collective.studies``), the experiments
+  (``experiments/``);
 - ``policy/``: the tiny, Hugging Face and SGLang policies and their grammars (``policy/``);
 - ``cli/``: the command line as a program: bad input, hostile files, what it prints;
 - ``project/``: the project as a whole: the import graph, packaging, the suite's own health,

@@ -15,7 +15,7 @@ a village sees changes with n (:class:`CityWorkshop`):
 What still grows with n: the one channel ``all`` every post reaches, direct messages to anyone,
 and dependencies across blocks. At n <= 8 (or ``block = 0``) the world is one block: the plain
 workshop's desks. :class:`CityPublicKeys` is the city with key gating removed. The controlled
-village-to-city study (:mod:`collective.studies.city`) deploys a village policy in them (its
+village-to-city study (:mod:`experiments.city`) deploys a village policy in them (its
 islands condition is the built-in ``islands_mean`` organisation: islands scored by their mean).
 """
 

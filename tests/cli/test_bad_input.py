@@ -1025,7 +1025,7 @@ def test_bad_input(
     code: int,
     fragment: str,
     env: dict[str, str],
-    capsys: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     args = [a.format(**env) for a in argv]
     fragment = fragment.format(**env)
@@ -1035,7 +1035,7 @@ def test_bad_input(
         got = main(args)
     except SystemExit as e:  # argparse's own refusals (a bad choice or number)
         got = e.code
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()  # (file descriptors: an experiment runs in a process of its own)
     assert got == code, f"exit {got}, wanted {code}\nstdout: {out[-800:]}\nstderr: {err[-800:]}"
     assert fragment in (err if code == 2 else out), (out, err)
     assert "Traceback" not in out + err

@@ -3,7 +3,7 @@
 One learner step (the real ``Learner.step``: forward, masked logprobs, loss, backward, AdamW)
 runs in a fresh process on a model with Qwen's 151,936-row vocabulary and a tiny width, and the
 process's peak resident memory above what it held before the step is read back
-(:mod:`collective.studies.learner_cost`, the same code the GPU benchmark runs). The naive way
+(:mod:`experiments.learner_cost`, the same code the GPU benchmark runs). The naive way
 (every position's logits in float32) is measured too, on one sequence, to show the measurement
 sees such tensors.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from collective.studies.learner_cost import case_in_subprocess
+from experiments.learner_cost import case_in_subprocess
 from tests.support.busy import scaled
 from tests.support.hf_tiny import tiny_lm  # noqa: F401  (a fixture)
 

@@ -9,7 +9,10 @@ outside both packages and not counted). Each subpackage of ``collective/`` is a 
 ``collective.base`` alone. ``from collective import NAME`` counts as an import of every face
 ``collective/__init__.py`` hands names on from (it loads one on first use), and importing
 ``a.b.c`` counts as importing the package faces ``a.b`` and ``a`` too (Python runs them
-first)."""
+first). Above the library stands ``experiments/`` (the studies as programs), which no module of
+``collective/``, ``policy/`` or ``worlds/`` imports; and ``collective/`` reaches ``worlds/`` only
+through the registry of built-in worlds (``REACHES_WORLDS``): the worlds stand on the
+library."""
 
 from __future__ import annotations
 
@@ -34,6 +37,11 @@ FLOORS = {
     "collective.cli": 7,
     "collective": 8,  # the top face: hands names on, imported by none of ours
 }
+
+
+#: The one module of ``collective/`` that imports ``worlds/``: the registry of built-in worlds
+#: (``worlds.BUILTIN``, read by name when a world is resolved).
+REACHES_WORLDS = {"collective.engine.registry"}
 
 
 def floor_of(module: str) -> str:
@@ -188,6 +196,38 @@ def test_nothing_but_bench_imports_bench() -> None:
         for m, f in _modules(pkg).items():
             got = _imports(ast.parse(f.read_text()), bench, functions=True)
             assert not got, f"{m} imports {sorted(got)} from bench/"
+
+
+def test_the_library_imports_nothing_of_the_experiments() -> None:
+    """``experiments/`` holds programs on the library (``collective experiment`` runs one in a
+    process of its own): the library imports nothing of it, counting lazy imports, so it stands
+    without them."""
+    experiments = _modules("experiments")
+    for pkg in ("collective", "policy", "worlds"):
+        for m, f in _modules(pkg).items():
+            got = _imports(ast.parse(f.read_text()), experiments, functions=True)
+            assert not got, f"{m} imports {sorted(got)} from experiments/"
+
+
+def test_collective_reaches_the_worlds_only_through_the_registry() -> None:
+    """The worlds stand on the library (a world is written against ``collective.world``), so
+    an import of ``worlds`` from ``collective/`` runs back up; the registry's lazy import of
+    ``worlds.BUILTIN`` is the one allowed, counting lazy imports."""
+    worlds = _modules("worlds")
+    reaching = {
+        m
+        for m, f in _modules("collective").items()
+        if _imports(ast.parse(f.read_text()), worlds, functions=True)
+    }
+    assert reaching == REACHES_WORLDS
+
+
+def test_the_experiment_and_world_checks_see_an_import() -> None:
+    mods = {"worlds": Path(), "worlds.city": Path(), "experiments": Path()}
+    tree = ast.parse("def f():\n    from worlds.city import BLOCK\n")
+    assert _imports(tree, mods) == set()
+    assert _imports(tree, mods, functions=True) == {"worlds.city"}
+    assert _imports(ast.parse("from experiments import city\n"), mods) == {"experiments"}
 
 
 def test_the_bench_check_sees_a_bench_import() -> None:

@@ -22,6 +22,14 @@ def test_pyproject_applies_without_warnings() -> None:
     assert dist.metadata.license_expression == "MIT"
 
 
+def test_the_wheel_ships_the_experiments_beside_the_library() -> None:
+    """``collective experiment`` runs ``python -m experiments`` from an installed copy, so the
+    wheel holds that package as it holds the three it stands on (bench/ and tests/ stay out)."""
+    dist = apply_configuration(Distribution(), PYPROJECT)
+    top = sorted(p for p in dist.packages if "." not in p)
+    assert top == ["collective", "experiments", "policy", "worlds"]
+
+
 def test_the_build_asks_for_a_setuptools_that_reads_an_spdx_license() -> None:
     # a license string is an SPDX expression only from setuptools 77 on
     requires = tomllib.loads(PYPROJECT.read_text())["build-system"]["requires"]

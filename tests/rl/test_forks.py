@@ -118,7 +118,7 @@ def test_fork_settings_are_refused_where_they_would_do_nothing() -> None:
     """Under any advantage but "turn" the fork settings are read by nothing: set, they are
     refused (naming them), and a study's run digest leaves them out, so runs made before
     they existed stay valid; under "turn" the digest covers them."""
-    from collective.studies.resumable import train_digest
+    from experiments.resumable import train_digest
 
     with pytest.raises(ValueError, match=r"advantage = 'collective' ignores fork_samples = 3"):
         TrainConfig(fork_samples=3)

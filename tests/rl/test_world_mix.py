@@ -21,7 +21,7 @@ from collective.rl.plots import plot_run
 from collective.rl.rollouts import team_config, team_size
 from collective.rl.rundir import read_metrics
 from collective.rl.train import step_samples, train
-from collective.studies.resumable import train_digest
+from experiments.resumable import train_digest
 from tests.support import ROOT
 from tests.support.busy import scaled
 from tests.support.training import comparable_metrics

@@ -1,1 +1,2 @@
-"""Tests of ``collective.studies`` and the studies bench/ runs: scale, city, signs of life."""
+"""Tests of ``collective.studies`` and of the experiments (``experiments/``, run from bench/ and
+``collective experiment``): scale, city, signs of life."""

@@ -1,4 +1,4 @@
-"""The village-to-city study (collective/studies/city.py) and its world (worlds/city.py): task,
+"""The village-to-city study (experiments/city.py) and its world (worlds/city.py): task,
 keys and desks scale with n as the world's docstring says, the scripts do what their names say,
 the keys' times read from a record agree with what the world let agents do, and cells are
 re-used by digest; on real worlds and real episodes."""
@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from collective.records import Committed, Episode, Posted, Sent
-from collective.studies.city import (
+from experiments.city import (
     episode_config,
     key_times,
     nopass,
@@ -137,7 +137,7 @@ def test_the_city_passes_the_training_checks() -> None:
     """A training run on the city is checked as any other (the memory check reads the
     workshop's footprint, whose default size a subclass taking **params does not restate)."""
     from collective.rl.train import validate
-    from collective.studies.city import village_config
+    from experiments.city import village_config
 
     validate(village_config(steps=1))
     assert CityWorkshop.footprint(8) == CityWorkshop.footprint(8, size=4) > 0

@@ -1,5 +1,5 @@
 """A study re-uses a finished run or measurement only when its digest matches
-(collective/studies/resumable.py): real training runs of a tiny config, a real CLI run killed
+(experiments/resumable.py): real training runs of a tiny config, a real CLI run killed
 midway, real measurements."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from collective.rl.config import TrainConfig, dump_config
 from collective.rl.train import read_metrics
-from collective.studies.resumable import (
+from experiments.resumable import (
     cached,
     run_digest,
     store,
@@ -124,10 +124,10 @@ def test_a_measurement_is_reused_only_under_its_own_digest(tmp_path: Path) -> No
 
 
 def test_signs_of_life_measurements_follow_their_run(tmp_path: Path) -> None:
-    """collective/studies/signs_of_life.py's measurement keys: a trained measurement's digest
+    """experiments/signs_of_life.py's measurement keys: a trained measurement's digest
     changes when its run is retrained with another config (its config digest and checkpoint
     change)."""
-    from collective.studies import signs_of_life as sol
+    from experiments import signs_of_life as sol
 
     run = tmp_path / "runs" / "main-s0"
     train_exact(tiny(), run, log=lambda _: None)

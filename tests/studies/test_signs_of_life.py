@@ -49,10 +49,11 @@ sys.exit(main(sys.argv[1:]))
 
 
 def installed_copy(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of ``collective`` from an installed copy: the three
-    packages alone (no bench/, no checkout) in a folder of their own, heading the path."""
+    """The command and environment of ``collective`` from an installed copy: the packages the
+    wheel ships alone (no bench/, no checkout) in a folder of their own, heading the path (the
+    experiment's own process, ``python -m experiments``, finds them there too)."""
     site = tmp_path / "site"
-    for pkg in ("collective", "policy", "worlds"):
+    for pkg in ("collective", "policy", "worlds", "experiments"):
         shutil.copytree(ROOT / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     return [sys.executable, "-c", _INSTALLED], {**os.environ, "PYTHONPATH": str(site)}
 
@@ -171,7 +172,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     orchestrator's sub-agents answer with the frozen policy and only agent 0's tokens are
     trained; a flat team, where every agent answers with the trained policy, fails it."""
     from collective.rl.train import TrainConfig, train
-    from collective.studies.signs_of_life import frozen_check, limit_share, variants
+    from experiments.signs_of_life import frozen_check, limit_share, variants
 
     specs = variants(quick=True, steps=1)
     runs = {}
@@ -181,7 +182,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
         train(TrainConfig(**fields), runs[name], progress=False)
     orch = frozen_check([runs["orchestrator"]])
     assert orch["sub_agents_frozen"] is True, orch
-    from collective.studies.signs_of_life import training_facts as facts_of
+    from experiments.signs_of_life import training_facts as facts_of
 
     orch_facts = facts_of(runs["orchestrator"])
     assert orch["turns"]["frozen by sub-agent"] > 0 and orch["turns"]["trained by orchestrator"] > 0
@@ -192,7 +193,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     # a checkout keeps a run without its episodes: the checks read the facts kept beside it
     import shutil
 
-    from collective.studies.signs_of_life import FACTS
+    from experiments.signs_of_life import FACTS
 
     for run in runs.values():
         shutil.rmtree(run / "episodes")
@@ -209,7 +210,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     # its facts, resumed elsewhere (its ledger grew), keeps its early steps' facts
     import json
 
-    from collective.studies.signs_of_life import training_facts
+    from experiments.signs_of_life import training_facts
 
     facts = json.loads((runs["orchestrator"] / FACTS).read_text())
     facts["ledger_steps"] -= 1  # as if kept one step earlier
@@ -226,7 +227,7 @@ def test_contrasts_pair_runs_by_training_seed_and_holm_spans_the_named_family() 
     import numpy as np
 
     from collective.studies.intervals import seed_interval
-    from collective.studies.signs_of_life import PRIMARY, contrast, finding, judge_findings, versus
+    from experiments.signs_of_life import PRIMARY, contrast, finding, judge_findings, versus
 
     main = np.array([[1.0, 1.2], [5.0, 5.1], [9.0, 9.3]])  # seeds 0, 1, 2: seed effects
     variant = np.array([[0.5, 0.6], [8.4, 8.9]])  # seeds 0 and 2 only
@@ -291,7 +292,7 @@ def test_the_pool_runs_each_job_in_a_child_and_stops_at_the_first_failure(tmp_pa
     with a line naming it, and the jobs not yet started never start."""
     import functools
 
-    from collective.studies.signs_of_life import pool
+    from experiments.signs_of_life import pool
 
     done: list[tuple[int, str]] = []
     work = [(f"job{k}", functools.partial(_write, tmp_path / f"{k}.txt", str(k))) for k in range(5)]

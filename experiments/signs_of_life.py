@@ -64,7 +64,7 @@ evaluated on the same held-out instances at one limit (``EVAL_T``), seeds as the
 curves (each step at its own rising limit, steps not independent) are shown beside them as
 notes, never as verdicts.
 
-Resumable run by run (collective.studies.resumable): a training run is re-used only when the
+Resumable run by run (experiments.resumable): a training run is re-used only when the
 digest of its full resolved TrainConfig (``runs/NAME-sSEED/config.digest``) matches, resumed (as
 ``collective train --resume``) when it matches but stopped midway, and trained afresh (the old
 one moved aside) when it differs; a measurement (``measured/PART-nN.npz``) only when its digest,
@@ -123,7 +123,7 @@ from collective.studies.intervals import (
     seed_interval,
     survival,
 )
-from collective.studies.resumable import (
+from experiments.resumable import (
     digest,
     file_digest,
     is_complete,
@@ -133,14 +133,14 @@ from collective.studies.resumable import (
     train_digest,
     train_exact,
 )
-from collective.studies.setting import EVAL_T, LATENCY, MODEL, WORLD
+from experiments.setting import EVAL_T, LATENCY, MODEL, WORLD
 from policy.scripted import ScriptedPolicy, workshop_scripts
 from policy.tiny import TinyModel, TinyPolicy
 from policy.uniform import RandomPolicy
 
 #: Where the results go by default: bench/results/signs_of_life in a checkout of the project
 #: (the figures its README cites), ./signs_of_life from an installed copy.
-_CHECKOUT = Path(__file__).resolve().parents[2]
+_CHECKOUT = Path(__file__).resolve().parents[1]
 OUT = (
     _CHECKOUT / "bench" / "results" / "signs_of_life"
     if (_CHECKOUT / "bench" / "signs_of_life.py").exists()
@@ -150,7 +150,7 @@ HORIZON = 16  # the solo may run this many times the collective's limit: it rare
 LOOSE = 720.0  # the no-pressure run's constant limit: the largest this run can afford (README)
 PENALTY = 0.5  # the latency-penalty variant's beta (R = R_task - beta * pbar * T / T_max)
 # The fourth edition's training set-up (issue 43): every run starts from the pre-registered
-# prior (collective/studies/prior.py; bench/results/prior/README.md) unless its variant says
+# prior (experiments/prior.py; bench/results/prior/README.md) unless its variant says
 # "scratch", at the learning rate bench/lr_sweep.py chose (bench/results/lr_sweep/README.md),
 # in groups of 4 so that most groups carry signal, with dynamic sampling replacing the rest.
 PRIOR = Path("bench/results/prior/prior/latest.pt")  # from the checkout's root (main: there)
@@ -256,7 +256,7 @@ def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
     from fresh weights of the same seed where the variant has no ``init``). A run is
     re-used only when its config digest (the full resolved config) matches, resumed when it
     matches but stopped midway, and trained afresh when it differs
-    (:mod:`collective.studies.resumable`)."""
+    (:mod:`experiments.resumable`)."""
     cfg = TrainConfig(**{**fields, "seed": seed})
     run = out / "runs" / f"{name}-s{seed}"
     t1 = time.perf_counter()
@@ -1235,7 +1235,7 @@ def starting_point(out: Path, quick: bool) -> Path:
     if (_CHECKOUT / PRIOR).is_file() and (_CHECKOUT / "bench" / "signs_of_life.py").exists():
         os.chdir(_CHECKOUT)
         return PRIOR
-    from collective.studies.prior import SFT, make_prior
+    from experiments.prior import SFT, make_prior
 
     cfg = msgspec.structs.replace(SFT, epochs=1) if quick else SFT
     return make_prior(out.absolute() / "prior", 20 if quick else 200, cfg)[0]

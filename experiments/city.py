@@ -43,8 +43,8 @@ and ``nopass`` does the same but never posts nor messages.
     python bench/city_controlled.py --summarise-only
 
 writes ``bench/results/city/controlled/{cells,summary}.json`` and ``scores.png`` (from an
-installed copy, ``python -m collective.studies.city`` writes ``./city``). Every run and
-cell is re-used only when its digest matches (``collective.studies.resumable``): the village's full
+installed copy, ``python -m experiments.city`` writes ``./city``). Every run and
+cell is re-used only when its digest matches (``experiments.resumable``): the village's full
 TrainConfig; a cell's episode configs, its policy's identity (the checkpoint's bytes) and
 ``CELL_VERSION``.
 """
@@ -71,8 +71,8 @@ from collective.records.signs import signs
 from collective.rl.config import TrainConfig
 from collective.rl.train import read_metrics
 from collective.studies.intervals import MISSING, Interval, claim_p, holm, seed_interval
-from collective.studies.resumable import digest, file_digest, train_exact
 from collective.studies.study import score_at
+from experiments.resumable import digest, file_digest, train_exact
 from policy.base import PolicyRequest
 from policy.scripted import ScriptedPolicy
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
@@ -83,7 +83,7 @@ from worlds.workshop import Workshop
 #: Where the results go by default: bench/results/city/controlled in a checkout of the project
 #: (the figures its README cites; the village's run beside it in bench/results/city/runs, not
 #: committed), ./city and ./city/runs from an installed copy.
-_CHECKOUT = Path(__file__).resolve().parents[2]
+_CHECKOUT = Path(__file__).resolve().parents[1]
 _IN_CHECKOUT = (_CHECKOUT / "bench" / "city_controlled.py").exists()
 OUT = _CHECKOUT / "bench" / "results" / "city" / "controlled" if _IN_CHECKOUT else Path("city")
 RUNS = _CHECKOUT / "bench" / "results" / "city" / "runs" if _IN_CHECKOUT else Path("city/runs")

@@ -1,6 +1,6 @@
 """Resuming a study run by run: a finished result is re-used only when it was made exactly so.
 
-A study (:mod:`collective.studies.signs_of_life`, :mod:`collective.studies.city`) is many training
+A study (:mod:`experiments.signs_of_life`, :mod:`experiments.city`) is many training
 runs and measurements, hours on 2 cores, and it must survive being stopped. Each result is keyed
 by a *digest*: a BLAKE2b hash over everything it is a function of, written beside it.
 

@@ -4,7 +4,7 @@ LoRA}: its docstring) and ``tests/policy/test_hf_memory.py`` asserts.
 
 A case is a dict (``shape``, ``tokenizer``, ``device``, ``dtype``, ``mode``, ``lora``,
 ``batch``, ``tokens``, ``outputs``, ``logit_chunk``, ``repeats``); :func:`case_in_subprocess`
-runs ``python -m collective.studies.learner_cost --case JSON``, which prints
+runs ``python -m experiments.learner_cost --case JSON``, which prints
 :func:`run_case`'s row. Needs the ``hf`` extra (transformers, and peft for LoRA).
 """
 
@@ -221,7 +221,7 @@ def case_in_subprocess(case: dict[str, Any], timeout: float = 600) -> dict[str, 
     memory is the peak of live memory (plus the small blocks)."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     r = subprocess.run(
-        [sys.executable, "-m", "collective.studies.learner_cost", "--case", json.dumps(case)],
+        [sys.executable, "-m", "experiments.learner_cost", "--case", json.dumps(case)],
         capture_output=True,
         text=True,
         timeout=timeout,

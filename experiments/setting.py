@@ -1,6 +1,6 @@
 """The signs-of-life study's setting: the world, the latency, the model and the evaluation
-limit that both the study (:mod:`collective.studies.signs_of_life`) and its starting prior
-(:mod:`collective.studies.prior`) play, in one place so neither imports the other's module."""
+limit that both the study (:mod:`experiments.signs_of_life`) and its starting prior
+(:mod:`experiments.prior`) play, in one place so neither imports the other's module."""
 
 from __future__ import annotations
 

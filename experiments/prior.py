@@ -24,7 +24,7 @@ from collective.records import Episode, save_episode
 from collective.records.signs import signs
 from collective.rl.config import TrainConfig
 from collective.rl.sft import Epoch, SFTConfig, sft
-from collective.studies.setting import EVAL_T, LATENCY, MODEL, WORLD
+from experiments.setting import EVAL_T, LATENCY, MODEL, WORLD
 from policy import tokenizer
 from policy.scripted import PriorScript, ScriptedPolicy
 from policy.tiny import TinyModel
