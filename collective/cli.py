@@ -774,7 +774,7 @@ def cmd_serve_ors(a: argparse.Namespace) -> int:
 
     if a.agents < 1 or a.tasks < 1:
         raise ValueError("serve-ors needs --agents >= 1 and --tasks >= 1")
-    env = environment(a.world, dict(a.param), a.agents, a.tasks)  # a bad world: one line now
+    env = environment(a.world, dict(a.param), a.agents, a.tasks)  # a bad world: one line, first
     say(
         f"serving {a.world} as ORS environment {env.__name__.lower()!r} on "
         f"http://{a.host}:{a.port}/{env.__name__.lower()} ({a.agents} agent(s) a session)",
@@ -788,6 +788,9 @@ def cmd_serve_ors(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command and flag, declared once each (over 100 lines: its length is the size of
+    the command line, one declaration after another with no logic between, read as the
+    reference ``--help`` prints)."""
     p = Parser(prog="collective", description=__doc__)
     p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)

@@ -157,7 +157,9 @@ class Actor:
         self.longest = 0  # longest_action(space)
         self._take_space()
         # derive(sample_seed, id), from the episode's derive(sample_seed): a turn's seed folds in
-        # the turn (a fold is some 5,000 instructions; an idle agent may take only one turn).
+        # the turn: one fold a turn (its cost in instructions, which an idle agent of one turn
+        # pays twice, root and turn: bench/results/engine/README.md, "Where an idle agent's
+        # bookkeeping goes").
         self.seed_root = derive_more(ep.seed_root, agent_id)
         self.turn = 0
         self.acts = 0

@@ -22,9 +22,10 @@ import trio
 class Resumed(outcome.Outcome[Any]):
     """What a parked actor's wait returns: ``outcome.Value``'s behaviour, as trio's
     ``reschedule`` takes an ``Outcome``, without its attrs-made constructor and its guard against
-    a second unwrap (making and unwrapping a Value was about 2% of the engine's cost a turn).
+    a second unwrap (a Value made and unwrapped at every park is a share of a turn's cost worth
+    cutting: its count is in ``bench/results/engine/README.md``, "Issue 28: the hot path cut").
     The guard is the parking contract's here: one resumption per park. (Nothing in it changes
-    when unwrapped, so one may be sent again: the conductor's ``_NOTHING``.)"""
+    when unwrapped, so one may be sent again: ``_NOTHING`` below, the conductor's wake.)"""
 
     __slots__ = ("value",)
 

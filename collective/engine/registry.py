@@ -205,9 +205,9 @@ def commons_mismatch(cls: type[World], params: dict[str, Any], version: int) -> 
 def check_runnable(cfg: EpisodeConfig) -> None:
     """Build, once, everything an episode of ``cfg`` builds before its first event (the
     organisation, each group's world, its tools, score and first observation), then throw it
-    away: a bad name, parameter or size is a one-line ValueError now, not a traceback from
-    inside a run that has started writing. (Class-level checks of a world's definition are
-    the world's own.)"""
+    away: a bad name, parameter or size is a one-line ValueError before the run, not a
+    traceback from inside a run that has started writing. (Class-level checks of a world's
+    definition are the world's own.)"""
     from collective.engine.limits import check_agents, memory_cap, world_footprint
     from collective.engine.organisation import make_organisation
 

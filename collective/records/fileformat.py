@@ -118,7 +118,7 @@ Part = Opening | Chunk | Closing
 
 # The file header: magic, format, flags, body length, BLAKE2b-256 digest. Fixed size, so a
 # reader checks it before touching the body. Two bodies exist (the flags say which):
-#   0 (read, no longer written): the episode as one msgpack; the digest covers the header's
+#   0 (read, not written): the episode as one msgpack; the digest covers the header's
 #     first 20 bytes, then the body.
 #   1: parts (an Opening, Chunks, a Closing), each a frame: 4 bytes of big-endian length, then
 #     the part's msgpack compressed as one zstd frame. The digest covers the body, then the

@@ -13,7 +13,7 @@ That bootstrap, and that rule, do not hold with a few seeds: with 3 training see
 bootstrap over seeds x instances covers the truth well under 95% of the time when seeds differ
 (bench/coverage.py; the table is in bench/results/coverage/README.md, and
 tests/studies/test_intervals.py asserts it), and two intervals that must not overlap ignore that
-trained and untrained share seeds and instances. The statistics findings are judged by now:
+trained and untrained share seeds and instances. The statistics findings are judged by instead:
 
 - ``paired``: per-(seed, instance) differences, the trained policy against the same seed's
   untrained initial weights on the same instance, or against a baseline with no seed (random,

@@ -302,8 +302,8 @@ def cell_seconds(done: Sequence[tuple[int, float]], agents: int) -> float:
 
 class Progress:
     """A line on stderr per finished cell, and the time left. A cell's cost grows with its
-    agents, so a bar over cells (the study's first version) told nothing: four cells of 1, 8,
-    64 and 512 agents are 1% done after three. The estimate grows each policy's latest cell's
+    agents, so a bar over cells would tell nothing: four cells of 1, 8, 64 and 512 agents are
+    1% done after three. The estimate grows each policy's latest cell's
     time to the agents of each cell still to run (``cell_seconds``, divided over Ray's
     workers): rough (a busy machine slows what is left, and the line says when it is busy),
     refined with every cell, and given in all once every policy has run its first cell (the

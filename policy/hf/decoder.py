@@ -32,13 +32,13 @@ decodes each request on its own (:class:`AloneDecoder`, invariant because nothin
 as every model did before.
 
 The price is precision: each row is rounded to 16 to 24 bits below its own largest entry
-(fewer for a wider layer or a longer context: 22 for tiny-lm's linear layers and 21 for its
-attention; 18 for attention at a 32k context), so a decode step's logits differ from the float32
-network's by about 1e-6 of their scale on tiny-lm (measured against transformers' own decode:
-1.4e-6 for a small Qwen2, 7.5e-7 for a Llama), more for a model whose activations have large
-outlier channels; the learner's recomputed logprobs absorb that in the importance ratio (1
-within 1e-4 on-policy, measured on tiny-lm). Float64 products cost about twice float32's on a
-CPU; ``bench/hf_batched.py`` measures the whole against ``transformers``' ``generate``.
+(:func:`policy.fixed.operand_bits`: fewer for a wider layer or a longer context), so a decode
+step's logits differ a little from the float32 network's, more for a model whose activations
+have large outlier channels; the learner's recomputed logprobs absorb that in the importance
+ratio (1 within 1e-4 on-policy, ``tests/policy/test_hf_batched.py``). The bits and the
+differences measured for given models, and the cost (float64 products against float32's on a
+CPU, the whole against ``transformers``' ``generate``, by ``bench/hf_batched.py``), are in
+``bench/results/hf_batched/README.md``.
 """
 
 from __future__ import annotations
@@ -227,8 +227,7 @@ class FixedDecoder:
         Each prompt's rest is prefilled alone, by the model itself in its own dtype (a function
         of the prompt alone: module docstring): on a CPU float32 products cost half of float64's,
         and a prefill is many rows, so this beats one exact-sum pass over the padded batch
-        (measured: 0.5 s against 1.5 s for 64 workshop prompts on tiny-lm, when this module's
-        first version did that)."""
+        (the two compared: ``bench/results/hf_batched/README.md``)."""
         firsts, pairs = [], []
         for (n, head), prompt in zip(heads, prompts, strict=True):
             rows, logits = self.alone.start([(n, head)], [prompt], [0])
