@@ -2,9 +2,10 @@
 
 Read in this order: :mod:`.conductor` (the one loop that moves time and batches policy calls
 at quiescence), :mod:`.agenda` (each episode's heap of ``(time, priority, id)``),
-:mod:`.episode` (a live episode: an action lands, a message is delivered), :mod:`.actor` (an
-agent as a trio task, parked between turns), :mod:`.comms` (a message's rules),
-:mod:`.cast` (who is in an episode), :mod:`.organisation` (who may hire whom),
+:mod:`.episode` (a live episode: an action lands, a message is delivered), :mod:`.recording`
+(its record as it grows, sent in chunks), :mod:`.replayed` (what a replay feeds back instead
+of measuring), :mod:`.actor` (an agent as a trio task, parked between turns), :mod:`.comms` (a
+message's rules), :mod:`.cast` (who is in an episode), :mod:`.organisation` (who may hire whom),
 :mod:`.quiescence`, :mod:`.registry` (worlds by name) and :mod:`.limits` (what fits in memory).
 The engine imports records, worlds and the ground floor; nothing of training, replay, views or
 studies.

@@ -31,8 +31,10 @@ import trio
 
 from collective.base.log import get_logger
 from collective.engine.actor import Actor, Program, default_program
-from collective.engine.episode import LiveEpisode, Recorder, Replay
+from collective.engine.episode import LiveEpisode
 from collective.engine.quiescence import Quiescence
+from collective.engine.recording import Recorder
+from collective.engine.replayed import Replay
 from collective.records import Episode, EpisodeConfig
 from policy.base import Policy, PolicyError, PolicyRequest, PolicyResponse
 

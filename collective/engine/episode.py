@@ -20,7 +20,7 @@ import math
 import operator
 import time
 from collections.abc import Awaitable, Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 import outcome
 import trio
@@ -28,7 +28,6 @@ import trio
 from collective.base.actions import (
     Action,
     ActionError,
-    ActionSpace,
     parse_action,
 )
 from collective.base.log import get_logger
@@ -49,32 +48,25 @@ from collective.engine.agenda import Agenda, Answer, Land, Resume, Timer, WorldE
 from collective.engine.cast import Cast
 from collective.engine.comms import Comms, Outcome
 from collective.engine.quiescence import Quiescence, Resumed, Signalled
-from collective.engine.registry import resolve_world
+from collective.engine.recording import Recorder, Recording
+from collective.engine.replayed import Replay, recorded_bug
 from collective.records import (
     CHUNK_RECORDS,
     Asked,
     Began,
-    Chunk,
-    Closing,
     Committed,
     Ended,
     Episode,
     EpisodeConfig,
-    EpisodeStream,
     Failed,
     Fired,
     Happened,
     Hired,
-    Opening,
-    Part,
     Rejected,
     Spawned,
     Stats,
     Thought,
-    Turn,
-    TurnEnd,
     Woke,
-    blank_turn,
 )
 from collective.world import Scalar, ToolError, World, WorldBug, checked_score
 from collective.world.outside import from_record
@@ -89,87 +81,6 @@ _BY_ID = operator.attrgetter("id")
 # inside the group of a nursery of the program's own. (Not ``except*``: it wraps every bare
 # exception in a group to match it, a cost per agent at each episode's end: bench/results/engine/.)
 ENGINE_SIGNALS = (Dismissed, EpisodeOver, WorldStopped)
-
-
-class Recorder(Protocol):
-    """Where a streamed episode's record goes as it grows: an episode file being written
-    (``collective.records.EpisodeWriter``) or a replay's check against the original."""
-
-    def write(self, part: Part) -> None: ...
-
-
-def _outside(world: str) -> bool:
-    """Whether the world ``world`` names reaches outside the process (``World.outside``); a
-    reference that names nothing here is not (its replay fails later, saying why)."""
-    try:
-        return resolve_world(world).outside
-    except ValueError:
-        return False
-
-
-def _recorded_bug(world: World, failed: Failed) -> WorldBug:
-    """The world error a record holds, raised again where it happened."""
-    bug = WorldBug(world, failed.method, RuntimeError(failed.error), agent=failed.agent)
-    bug.world, bug.error, bug.where = failed.world, failed.error, failed.where
-    return bug
-
-
-class Replay:
-    """What a replay feeds back instead of measuring, for everything begun before ``until``:
-    the real durations of tools (``hybrid``), and the answer times of policy calls in a ``real``
-    clock episode, whose latencies no model can recompute. Virtual latencies are recomputed, so
-    a tampered time is caught rather than trusted."""
-
-    def __init__(
-        self,
-        episode: Episode | EpisodeStream,
-        until: float = math.inf,
-        most_events: int | None = None,
-        world: str | None = None,
-    ) -> None:
-        """``world``: the reference the replay runs in place of the record's (only a world the
-        user named is ever imported)."""
-        self.until = until
-        # A replay of a whole record ends at one event past it (``event_limit``): it has
-        # diverged by then, whatever limits the record declares.
-        self.most_events = most_events
-        self.real: dict[tuple[int, int], float] = {}
-        self.answered: dict[tuple[int, int], float] = {}
-        # An outside world's (``World.outside``): each call's recorded (ok, result), and the
-        # world events at t = 0, where it recorded what it found when it opened.
-        self.results: dict[tuple[int, int], tuple[bool, str]] = {}
-        self.opening: list[str] | None = None
-        self.failures: dict[tuple[int, int], Failed] = {}  # calls where the world failed
-        cfg = episode.config
-        outside = _outside(world or cfg.world)
-        # Only a hybrid clock measures tools (any other records 0.0, which a replay recomputes):
-        # so a long virtual episode's replay holds no table of every action.
-        if cfg.clock == "hybrid" or outside:
-            self.opening = []
-            begun: dict[tuple[int, int], float] = {}
-            for e in episode.events:
-                if isinstance(e, Began):
-                    begun[(e.agent, e.act)] = e.t
-                elif isinstance(e, Committed) and begun.pop((e.agent, e.act), math.inf) < until:
-                    self.real[(e.agent, e.act)] = e.real
-                    if outside:
-                        self.results[(e.agent, e.act)] = (e.ok, e.result)
-                elif outside and isinstance(e, Happened) and e.t == 0.0:
-                    self.opening.append(e.call)
-                elif outside and isinstance(e, Failed) and e.agent >= 0:
-                    # The call that failed: its agent's last action begun and never committed.
-                    acts = [k for k, t in begun.items() if k[0] == e.agent and t < until]
-                    if acts:
-                        self.failures[max(acts)] = e
-            if not outside:
-                self.opening = None
-        measured = math.inf if cfg.clock == "real" else cfg.recorded_answers_until
-        # From the turns, not the Thought events: an answer still in flight at the end, or
-        # meant for an agent fired meanwhile, has a turn (and its landing time) but no Thought.
-        if min(until, measured) > 0:
-            for tr in episode.turns:
-                if tr.asked < min(until, measured):
-                    self.answered[(tr.agent, tr.turn)] = tr.answered
 
 
 class LiveEpisode:
@@ -203,22 +114,10 @@ class LiveEpisode:
         self.t0_wall = 0.0  # real mode: the trio clock reading at simulated time 0
         self.agenda = Agenda()
         self.pending: list[Actor] = []
-        self.events: list[Any] = []
-        self.emit = self.events.append  # the record: every event, in commit order
-        self.turns: list[Turn] = []
-        self.curve: list[tuple[float, float]] = []
-        # With a recorder, the record goes out in chunks between instants (see _flush): these
-        # lists then hold only what came since, and these count what went.
-        self.recorder = recorder
-        self.written_events = self.written_turns = self.written_spaces = self.written_curve = 0
-        self.ends: list[TurnEnd] = []  # turns' outcomes since the last chunk
-        self.open_turns: dict[int, int] = {}  # id(turn) -> its index, until its action lands
-        if recorder is not None:
-            recorder.write(Opening(cfg))
+        self.rec = Recording(cfg, recorder)  # (its Opening goes to the recorder now)
+        self.emit = self.rec.emit  # the record: every event, in commit order
         self.stats = Stats()
         self.comms = Comms(cfg, self.org, self.actors, self.stats)
-        self.space_list: list[ActionSpace] = []  # every space a turn used, for the learner
-        self.space_index: dict[int, int] = {}  # id(space) -> index in space_list
         self.ended = False
         self.end_reason = ""
         self.final_score = 0.0
@@ -235,7 +134,7 @@ class LiveEpisode:
             for t, fn, args in w._attach(self):  # the events its constructor scheduled
                 self.agenda.push(t, self.group_of[id(w)], WorldEvent(w, fn, args))
         try:
-            self.curve.append((0.0, self.score()))
+            self.rec.curve.append((0.0, self.score()))
         except WorldBug as bug:
             for w in self.worlds:
                 w._detach()
@@ -525,12 +424,13 @@ class LiveEpisode:
         """Move to the next instant with due events and apply them all, in canonical order."""
         if self.ended:  # a world bug found while requests were started
             return
+        rec = self.rec
         if (
-            self.recorder is not None
-            and max(len(self.events), len(self.turns)) >= CHUNK_RECORDS
+            rec.recorder is not None
+            and max(len(rec.events), len(rec.turns)) >= CHUNK_RECORDS
             and self.next_due() != self.now
         ):
-            self._flush()  # between instants: every outcome of this one is in
+            rec.flush()  # between instants: every outcome of this one is in
         t = self.agenda.next_due()
         if t == math.inf:
             self._end("idle")  # everyone waits for a message nobody can send
@@ -552,8 +452,8 @@ class LiveEpisode:
         self.holding = True
         try:
             agenda = self.agenda
-            events = self.events  # (flushed only between instants: the same list throughout)
-            room = self.max_events - self.written_events
+            events = rec.events  # (flushed only between instants: the same list throughout)
+            room = self.max_events - rec.written_events
             while (entry := agenda.pop_at(t)) is not None:
                 if type(entry) is Answer:
                     self._respond(entry.actor, entry.req, entry.resp)
@@ -578,8 +478,8 @@ class LiveEpisode:
             self._release()
             if changed:
                 s = self.score()
-                if s != self.curve[-1][1]:
-                    self.curve.append((t, s))
+                if s != rec.curve[-1][1]:
+                    rec.curve.append((t, s))
                 if self.org.finished(self._done()):
                     self._end("done")
         except WorldBug as bug:
@@ -608,7 +508,7 @@ class LiveEpisode:
             # Fired while its answer was in flight: the answer was sampled all the same. Keep it
             # as a turn (no action), so a replay's policy gives the same answer, which then
             # lands at the same time, after the firing, and is dropped again.
-            self.turns.append(self._turn(actor, req, resp, self.now))
+            self.rec.turns.append(self.rec.turn(actor, req, resp, self.now))
             return
         n_out = len(resp.token_ids)
         self.stats.turns += 1
@@ -626,10 +526,8 @@ class LiveEpisode:
                 n_out,
             )
         )
-        turn = self._turn(actor, req, resp, self.now)
-        if self.recorder is not None:
-            self.open_turns[id(turn)] = self.written_turns + len(self.turns)
-        self.turns.append(turn)
+        turn = self.rec.turn(actor, req, resp, self.now)
+        self.rec.answered(turn)
         actor.turn_record = turn
         if actor.then_act:
             # think_and_act: the answer becomes the action the actor would take on waking, as
@@ -640,26 +538,6 @@ class LiveEpisode:
             self.pending.append(actor)
         else:
             self._resume(actor, resp)
-
-    def _turn(self, actor: Actor, req: PolicyRequest, resp: PolicyResponse, at: float) -> Turn:
-        space = self.space_index.get(id(req.space))  # (_space_number, but for a new space)
-        if space is None:
-            space = self._space_number(req.space)
-        return Turn(
-            agent=actor.id,
-            turn=req.turn,
-            role=actor.role,
-            policy=actor.policy_key,
-            asked=req.asked,
-            answered=at,
-            prompt=req.prompt if self.cfg.keep_prompts else "",
-            text=resp.text,
-            token_ids=resp.token_ids,
-            logprobs=resp.logprobs,
-            prompt_tokens=resp.prompt_tokens,
-            version=resp.version,
-            space=space,
-        )
 
     def _commit(self, actor: Actor, act: int, action: Action) -> bool | Coroutine[Any, Any, bool]:
         """Apply an action's effect now; returns whether world state may have changed. A tool
@@ -680,7 +558,7 @@ class LiveEpisode:
         if world.outside and self.replay is not None:
             failed = self.replay.failures.get((actor.id, act))
             if failed is not None:  # the service failed here: so does the replay, as recorded
-                raise _recorded_bug(world, failed)
+                raise recorded_bug(world, failed)
             recorded = self.replay.results.get((actor.id, act))
             if recorded is not None:  # the record stands in for the service
                 ok, result = recorded
@@ -799,11 +677,7 @@ class LiveEpisode:
         tr = actor.turn_record
         if tr is None or tr.kind:
             return
-        tr.tool, tr.kind, tr.ok, tr.result, tr.finished = tool, kind, ok, result[:200], self.now
-        if self.recorder is not None:
-            self.ends.append(
-                TurnEnd(self.open_turns.pop(id(tr)), tool, kind, ok, tr.result, self.now)
-            )
+        self.rec.ended(tr, tool, kind, ok, result, self.now)
 
     # -- the communication primitives ------------------------------------------------------------
 
@@ -890,13 +764,6 @@ class LiveEpisode:
         self._finish_turn(actor, "wait", "wait", True, result)
         self._resume(actor, result)
 
-    def _space_number(self, space: ActionSpace) -> int:
-        i = self.space_index.get(id(space))
-        if i is None:
-            i = self.space_index[id(space)] = len(self.space_list)
-            self.space_list.append(space)  # keeps it alive, so its id stays unique
-        return i
-
     def score(self) -> float:
         scores = []
         for w in self.worlds:
@@ -925,7 +792,7 @@ class LiveEpisode:
                     self._log_failure(WorldBug(w, "close", e, fn=w.close))
                     reason = "world_error"
         if reason == "world_error":
-            self.final_score = self.curve[-1][1]  # the last score the world could give
+            self.final_score = self.rec.curve[-1][1]  # the last score the world could give
             self.world_metrics = {}
         self.end_reason = reason
         self.stats.unread = sum(len(a.inbox) for a in self.actors.values() if a.inbox)
@@ -935,7 +802,7 @@ class LiveEpisode:
         # (answered after the end, no action), so a replay's policy can give the same answers.
         for t, entry in self.agenda.in_order():
             if type(entry) is Answer:  # fired agents' too, for the same reason as in _respond
-                self.turns.append(self._turn(entry.actor, entry.req, entry.resp, t))
+                self.rec.turns.append(self.rec.turn(entry.actor, entry.req, entry.resp, t))
         # Let every parked actor go with EpisodeOver, as a fire does, before cancelling the
         # nursery (which still stops the host and any actor not parked, at its next park):
         # trio's delivery of a cancellation to each of thousands of parked tasks costs about
@@ -959,70 +826,11 @@ class LiveEpisode:
 
     @property
     def event_count(self) -> int:
-        return self.written_events + len(self.events)
-
-    def _flush(self) -> None:
-        """Send what the record gained since the last chunk to the recorder. Called between
-        instants only, so the outcomes sent are every outcome up to now, in the file's order
-        (finished, index). Turns go as answered: one whose action landed already is sent
-        blank, its outcome among the ends."""
-        assert self.recorder is not None
-        self.ends.sort(key=lambda e: (e.finished, e.index))
-        curve = self.curve[self.written_curve :]
-        self.recorder.write(
-            Chunk(
-                list(self.events),
-                [blank_turn(t) for t in self.turns],
-                self.ends,
-                self.space_list[self.written_spaces :],
-                curve,
-            )
-        )
-        self.written_events += len(self.events)
-        self.written_turns += len(self.turns)
-        self.written_spaces = len(self.space_list)
-        self.events.clear()  # in place: self.emit appends to it
-        self.turns = []
-        self.ends = []
-        self.curve = self.curve[-1:]  # the last point stays: advance compares with it
-        self.written_curve = 1
+        return self.rec.event_count
 
     def record(self) -> Episode:
-        """The episode's record. With a recorder, the rest of it and its closing go there, and
-        what is returned holds everything but the events, turns, curve and spaces (empty)."""
-        self.stats.events = self.event_count
-        if self.recorder is not None:
-            self._flush()
-            self.recorder.write(
-                Closing(
-                    self.final_score,
-                    self.now,
-                    self.end_reason,
-                    self.stats,
-                    self.world_metrics,
-                    self.written_turns,
-                )
-            )
-            return Episode(
-                config=self.cfg,
-                score=self.final_score,
-                duration=self.now,
-                end=self.end_reason,
-                stats=self.stats,
-                curve=[],
-                events=[],
-                turns=[],
-                world_metrics=self.world_metrics,
-            )
-        return Episode(
-            config=self.cfg,
-            score=self.final_score,
-            duration=self.now,
-            end=self.end_reason,
-            stats=self.stats,
-            curve=self.curve,
-            events=self.events,
-            turns=self.turns,
-            spaces=self.space_list,
-            world_metrics=self.world_metrics,
+        """The episode's record (:meth:`Recording.close`: with a recorder, what is returned
+        holds everything but the events, turns, curve and spaces)."""
+        return self.rec.close(
+            self.final_score, self.now, self.end_reason, self.stats, self.world_metrics
         )

@@ -28,8 +28,9 @@ import trio
 from collective.base.actions import longest_action
 from collective.engine.actor import default_program
 from collective.engine.conductor import Conductor
-from collective.engine.episode import Recorder, Replay
+from collective.engine.recording import Recorder
 from collective.engine.registry import check_runnable, resolve_world
+from collective.engine.replayed import Replay
 from collective.records import (
     Chunk,
     Closing,
