@@ -227,8 +227,7 @@ class FixedDecoder:
         Each prompt's rest is prefilled alone, by the model itself in its own dtype (a function
         of the prompt alone: module docstring): on a CPU float32 products cost half of float64's,
         and a prefill is many rows, so this beats one exact-sum pass over the padded batch
-        (measured: 0.5 s against 1.5 s for 64 workshop prompts on tiny-lm, when this module's
-        first version did that)."""
+        (measured against it: bench/results/hf_batched/README.md)."""
         firsts, pairs = [], []
         for (n, head), prompt in zip(heads, prompts, strict=True):
             rows, logits = self.alone.start([(n, head)], [prompt], [0])
