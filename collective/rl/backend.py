@@ -1,7 +1,17 @@
 """The model the RLCR loop trains, and how rollouts are served from it.
 
-Two backends, one contract (:class:`Backend`: what ``collective.rl.train``, the local rollouts
-and the Ray workers call):
+A backend has two sides, declared apart:
+
+- :class:`LearnerSide`: the trainable model (``fresh``, ``load``), its weights as a dict
+  (``weights``, ``load_weights``: what a served version and a resumed run are made from), its
+  checkpoints, and ``token_logprobs``: the one signature the learner recomputes logprobs with,
+  the backend binding what its models need to score exactly as they sampled (the tiny model's
+  length budget, the hf model's nucleus and entropy gradient);
+- :class:`ServingSide`: what rollouts sample from: a frozen policy for given weights
+  (``policy_for``), the orchestrator's never-trained sub-agents (``frozen``), the policy of this
+  process's rollouts (``serve``) and each new version put beside the others (``publish``).
+
+:class:`Backend` is both, what :func:`make_backend` returns for a run's config:
 
 - ``TinyBackend`` (CPU, the default): the learner trains one ``TinyModel``; rollouts are served
   by frozen copies of its weights, one per live policy version, so the learner never changes
@@ -10,14 +20,14 @@ and the Ray workers call):
 - ``HFBackend``: the learner trains a Hugging Face causal LM (``policy.hf.model.HFModel``) on the
   configured device and dtype. Rollouts are sampled either in this process by frozen copies, one
   per live version, like the tiny backend (``hf_server = ""``, ``pinned = True``), or by an
-  SGLang server: after each step the weights are written in the layout SGLang's
-  ``/update_weights_from_disk`` reads and the server is told to load them, generation paused
-  around the load. A server holds one version at a time, so its episodes are not pinned
-  (``pinned = False``): each token carries the version that sampled it, and the staleness bound
-  and the clipped importance ratio (exact: the learner recomputes the server's masked
-  distribution) take care of the rest.
-- ``RoleBackend`` (``role_policies``): the tiny backend with a model per role of the
-  organisation (``RoleModels``); ``collective/rl/roles.py`` says why and holds their learner.
+  SGLang fleet (``policy.sglang``): after each step the fleet loads the new weights through its
+  weight sink (by disk, in the layout SGLang's ``/update_weights_from_disk`` reads, or from
+  memory), generation paused around the load. A server holds one version at a time, so its
+  episodes are not pinned (``pinned = False``): each token carries the version that sampled it,
+  and the staleness bound and the clipped importance ratio (exact: the learner recomputes the
+  server's masked distribution) take care of the rest.
+- ``RoleBackend`` (``role_policies``): the tiny backend over a model per role of the
+  organisation (``collective.rl.roles.RoleModels``; that module says why and holds their learner).
 """
 
 from __future__ import annotations
@@ -30,37 +40,57 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from collective.base.actions import ActionSpace
 from collective.base.outputs import write_file
-from collective.engine.organisation import make_organisation
+from collective.rl.roles import RoleModels, trained_roles
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
 from policy.roles import RolePolicy
 
 if TYPE_CHECKING:
     from collective.rl.config import TrainConfig
+    from policy.sglang.client import SGLangPolicy
 
 Weights = dict[str, torch.Tensor]
+Logprobs = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 
-class Backend(Protocol):
-    """What training asks of a backend. ``model`` is always the one this backend made
-    (``fresh`` or ``load``): in the training process the learner's, in a Ray worker the
-    starting model, whose architecture (and adapters) the served copies share."""
-
-    pinned: bool  # True: an episode pinned to version v is sampled by exactly v's weights
+class LearnerSide(Protocol):
+    """The trainable side of a backend. ``model`` is always one this backend made (``fresh`` or
+    ``load``), or a frozen copy of one (the learner's reference, for the KL term)."""
 
     def fresh(self) -> TrainableModel: ...
 
     def load(self, path: str | Path) -> TrainableModel: ...
 
     def weights(self, model: TrainableModel) -> Weights:
-        """A copy of the weights rollouts are served from (pinned backends)."""
+        """A copy of the weights rollouts are served from (pinned backends) and a resumed run
+        restores."""
         ...
 
     def load_weights(self, model: TrainableModel, weights: Weights) -> None: ...
 
-    def logprob_kwargs(self) -> dict[str, Any]:
-        """What the learner must pass to recompute logprobs exactly as they were sampled."""
+    def token_logprobs(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+        temperature: float,
+    ) -> Logprobs:
+        """``model``'s log-probability of each output token (differentiable) and the entropy at
+        each output position, under the distribution the run sampled them from
+        (``TrainableModel.token_logprobs`` with what this backend's models need besides)."""
         ...
+
+    def checkpoint(self, model: TrainableModel, directory: Path, snapshot: str | None) -> Path: ...
+
+
+class ServingSide(Protocol):
+    """What rollouts sample from, for a model the learner side made: in the training process
+    the learner's, in a Ray worker the starting model, whose architecture (and adapters) the
+    served copies share."""
+
+    pinned: bool  # True: an episode pinned to version v is sampled by exactly v's weights
 
     def policy_for(self, model: TrainableModel, weights: Weights, version: int) -> Policy:
         """A frozen policy sampling with ``weights`` (version ``version``): the one way to get a
@@ -79,9 +109,11 @@ class Backend(Protocol):
         """Serve ``version`` (``weights``: its weights, pinned backends) beside the others."""
         ...
 
-    def checkpoint(self, model: TrainableModel, directory: Path, snapshot: str | None) -> Path: ...
-
     async def aclose(self) -> None: ...
+
+
+class Backend(LearnerSide, ServingSide, Protocol):
+    """Both sides, as one run uses them."""
 
 
 def make_backend(cfg: TrainConfig, run_dir: Path) -> Backend:
@@ -129,12 +161,16 @@ class VersionedPolicy:
 
 
 class TinyBackend:
+    """The tiny byte model (``policy.tiny``), trained and sampled in this process."""
+
     pinned = True
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         self.net_config = cfg.model  # replaced by the checkpoint's when training starts from one
-        self.serving: Any = None
+        self.serving: VersionedPolicy | None = None
+
+    # -- the learner's side --------------------------------------------------------------------
 
     def fresh(self) -> TrainableModel:
         from policy.tiny import TinyModel
@@ -154,9 +190,30 @@ class TinyBackend:
     def load_weights(self, model: Any, weights: Weights) -> None:
         model.net.load_state_dict(weights)
 
-    def logprob_kwargs(self) -> dict[str, Any]:
-        """What the learner must pass to recompute logprobs exactly as they were sampled."""
-        return {"max_tokens": self.cfg.max_output_tokens}
+    def token_logprobs(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+        temperature: float,
+    ) -> Logprobs:
+        """The tiny model's mask includes the length budget (and it fixes the prompt's
+        truncation): the one every rollout sampled with, ``max_output_tokens``."""
+        return model.token_logprobs(
+            prompts, outputs, spaces, temperature, max_tokens=self.cfg.max_output_tokens
+        )
+
+    def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
+        """``latest.pt`` (usable with ``--policy tiny:PATH``) and, when asked, a snapshot."""
+        from policy.tiny import save_checkpoint
+
+        path = save_checkpoint(model, directory / "latest.pt")
+        if snapshot:
+            write_file(directory / f"{snapshot}.pt", path.read_bytes(), "checkpoint")
+        return path
+
+    # -- the serving side ----------------------------------------------------------------------
 
     def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
         """(The architecture is ``net_config``: the model's, once made or loaded.)"""
@@ -181,16 +238,8 @@ class TinyBackend:
         return self.serving
 
     async def publish(self, model: Any, version: int, weights: Weights) -> None:
+        assert self.serving is not None, "publish before serve"
         self.serving.publish(version, self.policy_for(model, weights, version), keep=self.cfg.lag)
-
-    def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
-        """``latest.pt`` (usable with ``--policy tiny:PATH``) and, when asked, a snapshot."""
-        from policy.tiny import save_checkpoint
-
-        path = save_checkpoint(model, directory / "latest.pt")
-        if snapshot:
-            write_file(directory / f"{snapshot}.pt", path.read_bytes(), "checkpoint")
-        return path
 
     async def aclose(self) -> None:
         return None
@@ -242,7 +291,8 @@ class HFBackend:
         self.cfg = cfg
         self.pinned = not cfg.hf_server
         self.weights_dir = run_dir / "checkpoints" / "served"
-        self.serving: Any = None
+        self.local: VersionedPolicy | None = None  # hf_server = "": the in-process copies
+        self.fleet: SGLangPolicy | None = None  # hf_server = "sglang:...": the fleet's client
 
     def _load(self, path: str | Path) -> Any:
         from policy.hf.model import HFModel
@@ -276,8 +326,36 @@ class HFBackend:
     def load_weights(self, model: Any, weights: Weights) -> None:
         model.load_trainable_state(weights)
 
-    def logprob_kwargs(self) -> dict[str, Any]:
-        return {"entropy_grad": self.cfg.entropy_coef > 0, "top_p": self.cfg.top_p}
+    def token_logprobs(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+        temperature: float,
+    ) -> Logprobs:
+        """Under the run's nucleus (``top_p``: sampled in-process only), the entropy with a
+        gradient only when the loss has an entropy term (``HFModel.token_logprobs`` says why)."""
+        cfg = self.cfg
+        return model.token_logprobs(
+            prompts,
+            outputs,
+            spaces,
+            temperature,
+            entropy_grad=cfg.entropy_coef > 0,
+            top_p=cfg.top_p,
+        )
+
+    def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
+        """``latest/`` (a model directory: ``--policy hf:DIR`` and SGLang load it) and, when
+        asked, a snapshot beside it."""
+        path = directory / "latest"
+        model.save(path)
+        if snapshot:
+            shutil.copytree(path, directory / snapshot, dirs_exist_ok=True)
+        return path
+
+    # -- the serving side ----------------------------------------------------------------------
 
     def policy_for(self, model: Any, weights: Weights, version: int) -> Policy:
         """A copy of ``model`` (its architecture and adapters) holding ``weights``."""
@@ -298,16 +376,16 @@ class HFBackend:
 
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
         if not self.cfg.hf_server:  # in-process: one frozen copy per version still in use
-            self.serving = VersionedPolicy("hf (training)")
+            self.local = VersionedPolicy("hf (training)")
             for v, weights in sorted(kept.items()):
-                self.serving.publish(v, self.policy_for(model, weights, v), keep=self.cfg.lag)
-            return self.serving
-        from policy.factory import make_policy
+                self.local.publish(v, self.policy_for(model, weights, v), keep=self.cfg.lag)
+            return self.local
+        from policy.sglang.client import policy_from_spec
 
-        self.serving = make_policy(self._server_spec(self.cfg), seed=self.cfg.seed)
+        self.fleet = policy_from_spec(self._server_spec(self.cfg).removeprefix("sglang:"))
         if model.version > 0:  # a resumed run: the server must serve what the learner has
             await self.publish(model, model.version, {})
-        return self.serving
+        return self.fleet
 
     @staticmethod
     def _server_spec(cfg: TrainConfig) -> str:
@@ -317,36 +395,27 @@ class HFBackend:
         return spec
 
     async def publish(self, model: Any, version: int, weights: Weights) -> None:
-        if not self.cfg.hf_server:
-            policy = self.policy_for(model, weights, version)
-            self.serving.publish(version, policy, keep=self.cfg.lag)
+        if self.fleet is None:
+            assert self.local is not None, "publish before serve"
+            self.local.publish(version, self.policy_for(model, weights, version), keep=self.cfg.lag)
             return
         target = self.weights_dir / f"v{version:06d}"
-        if getattr(self.serving, "weights", "disk") != "disk":  # written only if sent by disk
+        if self.fleet.by_memory:  # written only if the fleet falls back to the disk
             from policy.sglang.weights import checkpoint_tensors
 
-            await self.serving.update_weights(
+            await self.fleet.update_weights(
                 lambda: model.save(target), version, tensors=lambda: checkpoint_tensors(model)
             )
         else:
             model.save(target)
-            await self.serving.update_weights(target, version)
+            await self.fleet.update_weights(target, version)
         for old in self.weights_dir.glob("v*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
 
-    def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
-        """``latest/`` (a model directory: ``--policy hf:DIR`` and SGLang load it) and, when
-        asked, a snapshot beside it."""
-        path = directory / "latest"
-        model.save(path)
-        if snapshot:
-            shutil.copytree(path, directory / snapshot, dirs_exist_ok=True)
-        return path
-
     async def aclose(self) -> None:
-        if self.serving is not None:
-            await self.serving.aclose()
+        if self.fleet is not None:
+            await self.fleet.aclose()
 
 
 def build_model(kind: str, path: Path) -> Path:
@@ -371,40 +440,11 @@ def build_model(kind: str, path: Path) -> Path:
 # -- a tiny model a role (role_policies; collective/rl/roles.py says why) ----------------------
 
 
-def trained_roles(org: str) -> tuple[str, ...]:
-    """The roles of ``org`` that the trained policy answers: the ones that get a policy each."""
-    o = make_organisation(org)
-    return tuple(r for r in o.roles() if o.policy_of(r) == "trained")
-
-
-class RoleModels:
-    """Each role's tiny model, by role, and the run's policy version."""
-
-    def __init__(self, models: dict[str, Any], version: int = 0) -> None:
-        self.models = models
-        self.version = version
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @version.setter
-    def version(self, v: int) -> None:
-        # Every role's model says the run's version too (its checkpoint records it), so a
-        # resumed run writes the checkpoints the uninterrupted one does.
-        self._version = v
-        for m in self.models.values():
-            m.version = v
-
-    @property
-    def config(self) -> Any:
-        """The network's shape (every role's is the same)."""
-        return next(iter(self.models.values())).config
-
-
 class RoleBackend(TinyBackend):
-    """The tiny backend with a model per role (serving and publishing are the tiny backend's,
-    over these weights)."""
+    """The tiny backend over a model per role (``collective.rl.roles.RoleModels``): weights are
+    one flat dict (``ROLE/name``), so serving, publishing, pinning and resume are the tiny
+    backend's; each role's logprobs are its own model's (``TinyBackend.token_logprobs``, which
+    the learner calls with each role's model)."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)

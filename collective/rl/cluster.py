@@ -388,9 +388,7 @@ class RayRollouts(Rollouts):
 
     def _by_memory(self) -> bool:
         """The fleet takes weights without the disk, and has not fallen back to it."""
-        return getattr(self.fleet, "weights", "disk") != "disk" and not getattr(
-            self.fleet, "weights_by_disk_why", ""
-        )
+        return bool(self.fleet.by_memory)
 
     async def _update_fleet(self, version: int, kept: Path | TrainableModel) -> None:
         """Load ``version`` on every server of the fleet (pause, the load, checked

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import torch
@@ -77,15 +77,46 @@ class Sample(msgspec.Struct):
     role: str = ""  # the turn's agent's role (role_policies: which role's learner takes it)
 
 
+class Scorer(Protocol):
+    """How the learner recomputes a model's logprobs: one signature whatever the model. A
+    backend's learner side (``collective.rl.backend.LearnerSide``) is one: it binds what its
+    models need besides to score exactly as they sampled."""
+
+    def token_logprobs(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+        temperature: float,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]: ...
+
+
+class ModelDefaults:
+    """The :class:`Scorer` of a model that needs nothing besides: its own ``token_logprobs``
+    with its defaults (a learner made without a backend, as the tests make them)."""
+
+    def token_logprobs(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+        temperature: float,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return model.token_logprobs(prompts, outputs, spaces, temperature)
+
+
 class Learner:
-    """Owns the trainable model and its optimiser; ``step`` runs in a worker thread."""
+    """Owns the trainable model and its optimiser; ``step`` runs in a worker thread. ``scorer``
+    recomputes the logprobs of the model (and of its reference): the run's backend."""
 
     def __init__(
-        self, model: TrainableModel, cfg: TrainConfig, logprob_kwargs: dict[str, Any] | None = None
+        self, model: TrainableModel, cfg: TrainConfig, scorer: Scorer | None = None
     ) -> None:
         self.model = model
         self.cfg = cfg
-        self.logprob_kwargs = logprob_kwargs or {}
+        self.scorer: Scorer = scorer or ModelDefaults()
         # AdamW (with weight_decay 0, Adam's update exactly); gradients clipped in `step`.
         self.optimiser = torch.optim.AdamW(
             list(model.parameters()), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
@@ -124,12 +155,12 @@ class Learner:
         totals = dict(loss=0.0, clipped=0.0, ratio=0.0, entropy=0.0, kl=0.0)
         for start in range(0, len(samples), cfg.chunk):
             chunk = samples[start : start + cfg.chunk]
-            new, entropy = self.model.token_logprobs(
+            new, entropy = self.scorer.token_logprobs(
+                self.model,
                 [s.prompt for s in chunk],
                 [s.tokens for s in chunk],
                 [s.space for s in chunk],
                 cfg.temperature,
-                **self.logprob_kwargs,
             )
             new_logp = torch.cat(new)
             ent = torch.cat(entropy)
@@ -161,12 +192,12 @@ class Learner:
                 loss = loss - cfg.entropy_coef * ent.sum() / n_tokens
             if self.reference is not None:
                 with torch.no_grad():
-                    ref, _ = self.reference.token_logprobs(
+                    ref, _ = self.scorer.token_logprobs(
+                        self.reference,
                         [s.prompt for s in chunk],
                         [s.tokens for s in chunk],
                         [s.space for s in chunk],
                         cfg.temperature,
-                        **self.logprob_kwargs,
                     )
                 kl = kl_estimate(new_logp, torch.cat(ref), cfg.kl_estimator)
                 loss = loss + cfg.kl_coef * kl.sum() / n_tokens

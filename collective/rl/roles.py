@@ -5,10 +5,10 @@ do different jobs from different prompts and action spaces; one shared policy mu
 at once. Here each role gets its own tiny model, optimiser and version history, while the
 engine, the rollouts and the run directory still see one model and one learner:
 
-- ``RoleModels`` (in ``collective/rl/backend.py``, beside the other backends): the roles'
-  models, and the run's version (all roles advance together, one version a step, so an episode
-  pinned to version v is played by every role's v);
-- ``RoleBackend`` (there too): the tiny backend over them. Weights are one flat dict
+- ``RoleModels`` (here): the roles' models, and the run's version (all roles advance together,
+  one version a step, so an episode pinned to version v is played by every role's v);
+- ``RoleBackend`` (in ``collective/rl/backend.py``, beside the other backends): the tiny backend
+  over them. Weights are one flat dict
   (``ROLE/name``), so serving, pinning, checkpoints and resume work unchanged; a served version is a
   ``policy.roles.RolePolicy`` that answers each request with its role's weights;
   ``checkpoints/roles/ROLE/latest.pt`` is each role's checkpoint (``--policy roles:DIR``);
@@ -25,21 +25,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from collective.rl.backend import RoleBackend, RoleModels, trained_roles
+from collective.engine.organisation import make_organisation
 from collective.rl.config import TrainConfig
-from collective.rl.learner import Learner, Sample
+from collective.rl.learner import Learner, Sample, Scorer
 
-__all__ = ["RoleBackend", "RoleLearner", "RoleModels", "combined", "trained_roles"]
+__all__ = ["RoleLearner", "RoleModels", "combined", "trained_roles"]
+
+
+def trained_roles(org: str) -> tuple[str, ...]:
+    """The roles of ``org`` that the trained policy answers: the ones that get a policy each."""
+    o = make_organisation(org)
+    return tuple(r for r in o.roles() if o.policy_of(r) == "trained")
+
+
+class RoleModels:
+    """Each role's tiny model, by role, and the run's policy version."""
+
+    def __init__(self, models: dict[str, Any], version: int = 0) -> None:
+        self.models = models
+        self.version = version
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @version.setter
+    def version(self, v: int) -> None:
+        # Every role's model says the run's version too (its checkpoint records it), so a
+        # resumed run writes the checkpoints the uninterrupted one does.
+        self._version = v
+        for m in self.models.values():
+            m.version = v
+
+    @property
+    def config(self) -> Any:
+        """The network's shape (every role's is the same)."""
+        return next(iter(self.models.values())).config
 
 
 class RoleLearner:
     """One ``Learner`` a role; ``step`` hands each its own role's samples."""
 
-    def __init__(
-        self, model: RoleModels, cfg: TrainConfig, logprob_kwargs: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, model: RoleModels, cfg: TrainConfig, scorer: Scorer | None = None) -> None:
         self.model = model
-        self.learners = {r: Learner(m, cfg, logprob_kwargs) for r, m in model.models.items()}
+        self.learners = {r: Learner(m, cfg, scorer) for r, m in model.models.items()}
 
     def step(self, samples: Sequence[Sample]) -> dict[str, Any]:
         by_role: dict[str, list[Sample]] = {r: [] for r in self.learners}

@@ -36,7 +36,7 @@ from collective.base.outputs import check_dir, write_file
 from collective.records import Episode, load_episode
 from collective.rl.backend import make_backend
 from collective.rl.config import TrainConfig, mix
-from collective.rl.learner import Sample
+from collective.rl.learner import Sample, Scorer
 from collective.rl.train import check_init
 
 
@@ -157,14 +157,14 @@ def split(n: int, holdout: float, seed: int) -> tuple[list[int], list[int]]:
     return sorted(order[k:].tolist()), sorted(order[:k].tolist())
 
 
-def nll(model: Any, batch: Sequence[Sample], kwargs: dict[str, Any]) -> tuple[torch.Tensor, int]:
+def nll(model: Any, batch: Sequence[Sample], scorer: Scorer) -> tuple[torch.Tensor, int]:
     """The summed negative log-likelihood of a batch's output tokens, and their count."""
-    logp, _ = model.token_logprobs(
+    logp, _ = scorer.token_logprobs(
+        model,
         [s.prompt for s in batch],
         [s.tokens for s in batch],
         [s.space for s in batch],
         1.0,
-        **kwargs,
     )
     flat = torch.cat(logp)
     if not torch.isfinite(flat).all():
@@ -215,7 +215,6 @@ def sft(
     backend = make_backend(train_cfg, out)
     model = backend.load(train_cfg.init) if train_cfg.init else backend.fresh()
     check_init(train_cfg, model)  # a checkpoint of another shape than the config says: refused
-    kwargs = backend.logprob_kwargs()
     trained_idx, held_idx = split(len(episodes), cfg.holdout, cfg.seed)
     train_set = samples_of([episodes[i] for i in trained_idx], model)
     held_set = samples_of([episodes[i] for i in held_idx], model)
@@ -256,7 +255,7 @@ def sft(
             loss_sum, tokens = 0.0, 0
             for start in range(0, len(order), cfg.batch):
                 batch = [train_set[i] for i in order[start : start + cfg.batch]]
-                total, n = nll(model, batch, kwargs)
+                total, n = nll(model, batch, backend)
                 optimiser.zero_grad(set_to_none=True)
                 (total / n).backward()
                 torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.max_grad_norm)
@@ -264,7 +263,7 @@ def sft(
                 loss_sum, tokens = loss_sum + float(total.detach()), tokens + n
                 bar.set_postfix(epoch=epoch, nll=f"{float(total.detach()) / n:.3f}")
                 bar.update(1)
-            held = heldout_loss(model, held_set, kwargs, cfg.batch)
+            held = heldout_loss(model, held_set, backend, cfg.batch)
             epochs.append(
                 Epoch(
                     epoch=epoch,
@@ -282,14 +281,14 @@ def sft(
 
 
 def heldout_loss(
-    model: Any, held: Sequence[Sample], kwargs: dict[str, Any], batch: int
+    model: Any, held: Sequence[Sample], scorer: Scorer, batch: int
 ) -> tuple[float | None, int]:
     if not held:
         return None, 0
     total, tokens = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(held), batch):
-            s, n = nll(model, held[start : start + batch], kwargs)
+            s, n = nll(model, held[start : start + batch], scorer)
             total, tokens = total + float(s), tokens + n
     return total / tokens, tokens
 

@@ -604,9 +604,9 @@ def _train(
     frozen = backend.frozen(model) if "frozen" in _policies_of(cfg.org) else None
     learner: Learner | RoleLearner
     if isinstance(model, RoleModels):  # role_policies: a learner a role
-        learner = RoleLearner(model, cfg, backend.logprob_kwargs())
+        learner = RoleLearner(model, cfg, backend)
     else:
-        learner = Learner(model, cfg, backend.logprob_kwargs())
+        learner = Learner(model, cfg, backend)
     state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
     # The weights of every version rollouts may still use (pinned backends only).
     serving_weights: dict[int, Any] = {0: backend.weights(model)} if backend.pinned else {}

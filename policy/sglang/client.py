@@ -5,60 +5,16 @@ have ``sampling_seed``, so every seeded request fails on 0.5.1 and 0.5.2. Every 
 response shape below is SGLang's own; where each comes from is cited next to the code that uses
 it (paths are in sgl-project/sglang):
 
-- ``POST /generate`` takes ``GenerateReqInput`` (docs/basic_usage/sampling_params.md;
-  python/sglang/srt/managers/io_struct.py): ``input_ids`` as a list of lists makes a batch,
-  ``sampling_params`` one dict per prompt, ``return_logprob`` asks for the logprob of every
-  output token. A batch answers a JSON list, one ``{"text", "output_ids", "meta_info"}`` per
-  prompt, in order (python/sglang/srt/managers/tokenizer_manager.py, _handle_batch_request).
-- ``meta_info`` holds ``finish_reason`` (``{"type": "stop"|"length"|"abort", ...}``),
-  ``prompt_tokens``, ``weight_version`` and ``output_token_logprobs``: one ``[logprob, token_id,
-  text-or-null]`` per output token. Those logprobs are of the distribution SGLang sampled from:
-  logits divided by the temperature, with the grammar's vocabulary mask applied
-  (python/sglang/srt/layers/sampler.py), unless the server runs with
-  SGLANG_RETURN_ORIGINAL_LOGPROB.
-- An aborted prompt: an abort that carries ``status_code`` 400 (an invalid grammar) fails the
-  whole request with HTTP 400, one with 500 or 503 fails it with that status; a plain abort (a
-  ``/pause_generation`` in ``abort`` mode, another client's ``/abort_request``) comes back as its
-  item with ``finish_reason.type == "abort"`` in an HTTP 200 answer (tokenizer_manager.py,
-  _wait_one_response and _handle_abort_req). The first is an error, the second is sent again.
-- Sampling parameters (python/sglang/srt/sampling/sampling_params.py): ``temperature``,
-  ``max_new_tokens``, ``top_p``/``top_k``/``min_p`` and the penalties (sent explicitly, because a
-  server started with the default ``--sampling-defaults model`` takes them from the model's
-  generation_config.json and would sample from a truncated distribution the learner cannot
-  recompute), one of ``regex``/``ebnf``, and ``sampling_seed``. An unknown key is a TypeError
-  there, which /generate does not catch: HTTP 500.
-- ``sampling_seed`` is read only by a server started with ``--enable-deterministic-inference``
-  (python/sglang/srt/sampling/sampling_batch_info.py builds the seed tensor only then, and fills
-  seed 42 for a request without one); any other server accepts the key and samples as if it were
-  absent. So this client reads each server's settings (``GET /server_info``, ``/get_server_info``
-  before it was renamed: ServerArgs as a dict plus ``version``) and refuses to send seeds to a
-  server that does not report ``enable_deterministic_inference: true`` on sglang >= 0.5.3.
-  ``seeds=off`` sends none, and says so in a warning: a replay then samples other tokens.
+- ``POST /generate``, its sampling parameters and its answers, aborted ones included:
+  :mod:`policy.sglang.shapes`; which servers honour ``sampling_seed``: :mod:`policy.sglang.health`.
 - Weight sync (docs/advanced_features/sglang_for_rl.md): ``POST /pause_generation``
   ``{"mode": "abort"}`` (the default mode; servers before the modes existed ignore the body),
-  then the load, then ``GET /model_info`` (``/get_model_info`` before the rename) must report the
-  ``weight_version`` just sent, on every server, before ``POST /continue_generation`` ``{}``.
-  The load (``weights=``; io_struct.py for every field): ``disk`` is ``POST
-  /update_weights_from_disk`` ``{"model_path", "abort_all_requests", "weight_version"}``
-  answering ``{"success", "message", "num_paused_requests"}`` (HTTP 400 when it failed).
-  ``distributed``: ``POST /init_weights_update_group`` ``{"master_address", "master_port",
-  "rank_offset", "world_size", "group_name", "backend"}`` once (the learner is rank 0 and hosts
-  the rendezvous; each server's ranks follow, ``tp_size`` of them; NCCL for GPU tensors, gloo
-  for CPU ones), then per bucket ``POST /update_weights_from_distributed`` ``{"names", "dtypes",
-  "shapes", "group_name", "load_format": "flattened_bucket", "flush_cache",
-  "abort_all_requests", "weight_version"}`` while the learner broadcasts the bucket's bytes
-  (:mod:`policy.sglang.weights` has the layout). ``tensor``: ``POST
-  /update_weights_from_tensor`` ``{"serialized_named_tensors"`` (one entry per TP rank),
-  ``"load_format", "flush_cache", "abort_all_requests", "weight_version"}``. The label rides on
-  the last call only, so a server reports it once it holds every tensor; ``abort_all_requests``
-  is false (the pause already aborted what ran). The in-memory calls are never retried (half a
-  collective cannot be sent twice) and each step (forming the group, one bucket) is bounded by
-  ``sync_timeout``; a refusal, a group that cannot form or a step past it is one warning line
-  naming the server and the cause, and the update, and every later one, goes by disk.
-- ``GET /health`` answers 503 while the server starts and 200 once it serves; ``--api-key``
-  servers want ``Authorization: Bearer KEY`` on everything but /health
-  (python/sglang/srt/utils, add_api_key_middleware).
-- A server this program starts itself (``sglang:launch:``) is :mod:`policy.sglang.server`.
+  then the load by one :class:`~policy.sglang.sinks.WeightSink` (disk, tensor or distributed:
+  :mod:`policy.sglang.sync` picks it), then ``GET /model_info`` (``/get_model_info`` before the
+  rename) must report the ``weight_version`` just sent, on every server, before ``POST
+  /continue_generation`` ``{}``.
+- How one call is made, retried and given up on: :mod:`policy.sglang.calls`. A server this
+  program starts itself (``sglang:launch:``) is :mod:`policy.sglang.server`.
 
 **The fleet.** Each batch is ordered by its prompts' token ids (:func:`by_head`) and split into
 contiguous, near-equal shares, one per live server, sent at once. Sorted order is the depth-first
@@ -68,17 +24,15 @@ each contiguous share is a run of neighbouring subtrees: a server prefills a sha
 while the shares stay within one request of each other in size. It matters where heads differ
 and arrive interleaved (several roles' spaces, a shared transcript at the prompt's head); the
 workshop's prompts share the header and tool list and little else, and the conductor asks
-episode by episode, so there arrival order did nearly as well (a 48-request workshop batch over
-3 servers: 76.5% of prompt tokens served from cache sorted, 75.3% in arrival order, 79.8% on one
-server; ``tests/policy/test_sglang.py`` measures both). The order is a function of the prompts
-alone, so it is deterministic, and a request is seeded and batch-independent, so which server
-answers it cannot change the answer (on servers of the same build, GPU type and flags).
-:attr:`SGLangPolicy.cached_tokens` sums the ``cached_tokens`` the servers report.
+episode by episode, so there arrival order does nearly as well (the cache shares measured on a
+workshop batch: bench/results/sglang_client/README.md; ``tests/policy/test_sglang.py`` measures
+both). The order is a function of the prompts alone, so it is deterministic, and a request is
+seeded and batch-independent, so which server answers it cannot change the answer (on servers of
+the same build, GPU type and flags). :attr:`SGLangPolicy.cached_tokens` sums the
+``cached_tokens`` the servers report.
 
-A call that fails with a connection refused or dropped, a timeout, HTTP 429 or 5xx is retried
-with exponential backoff, a bounded number of times; a server still unreachable after that is
-*lost*: its share goes to the others, a structlog warning says so, and
-:attr:`SGLangPolicy.lost_servers` and
+A server still unreachable after its call's retries is *lost*: its share goes to the others, a
+structlog warning says so, and :attr:`SGLangPolicy.lost_servers` and
 :attr:`SGLangPolicy.requests_moved` count it. The run goes on while one server is left (the last
 one lost is no warning: it is the :class:`PolicyError` that follows). Any other error status and
 any answer that is not the documented shape raise :class:`PolicyError` naming the server and the
@@ -88,7 +42,7 @@ request (agent, turn): never a silently wrong answer.
 run for longer than the user chose. ``timeout`` bounds one attempt at one call (default 120 s: a
 ``/generate`` share answers in seconds to a minute, its length bounded by ``max_new_tokens``);
 the light GETs (``/health``, ``/server_info``, ``/model_info``) get at most
-:data:`_QUICK_TIMEOUT`, because SGLang answers ``/health`` within its own
+:data:`policy.sglang.calls.QUICK_TIMEOUT`, because SGLang answers ``/health`` within its own
 ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s by default; python/sglang/srt/entrypoints/http_server.py,
 health_generate) and the info endpoints at once. ``deadline`` bounds one batch in total, every
 server, attempt, backoff and resend included (default 600 s); past it the batch fails naming the
@@ -106,14 +60,10 @@ told to follow, waiting for the fleet to reach it (a Ray rollout worker: ``colle
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
-import re
-import socket
-import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,35 +71,21 @@ import httpx
 import structlog
 import trio
 
-from collective.base.actions import ActionSpace
 from policy.base import PolicyError, PolicyRequest, PolicyResponse, PolicyUnavailable
-from policy.constraint import action_ebnf, action_regex
 from policy.hf.prompt import load_tokenizer, prompt_ids
-from policy.sglang.server import HEALTH_POLL, SGLangServer, free_port
+from policy.sglang.calls import Calls, Lost, concurrently, who
+from policy.sglang.health import MIN_SGLANG, Health
+from policy.sglang.server import HEALTH_POLL, SGLangServer
+from policy.sglang.shapes import Aborted, parse_answer, sampling_params
+from policy.sglang.sinks import NamedTensors, NewWeights
 from policy.sglang.spec import WEIGHTS_METHODS, Constraint, WeightsMethod, parse_spec
+from policy.sglang.sync import Gate, WeightSync
 
 log = structlog.get_logger("policy.sglang.client")
 
-MIN_SGLANG = (0, 5, 3)  # the first release with sampling_seed
-_SEED_MASK = (1 << 63) - 1  # SGLang keeps seeds in int64 tensors
-_MIN_TEMPERATURE = 1e-5  # SGLang treats lower temperatures as greedy decoding
-_LOGPROB_SLACK = 1e-3  # a logprob above this is not rounding, it is a broken answer
-# The most one light GET (/health, /server_info, /model_info) may take: SGLang's /health answers
-# within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default) plus its 1 s poll, the others at once.
-_QUICK_TIMEOUT = 30.0
+__all__ = ["MIN_SGLANG", "SGLangPolicy", "by_head", "policy_from_spec", "split"]
+
 T = TypeVar("T")
-NamedTensors = Sequence[tuple[str, Any]]  # (name, torch.Tensor) as the checkpoint names them
-
-
-@functools.lru_cache(maxsize=256)
-def _constraint(space: ActionSpace, kind: Constraint) -> str:
-    return action_regex(space) if kind == "regex" else action_ebnf(space)
-
-
-def _who(requests: Sequence[PolicyRequest]) -> str:
-    shown = ", ".join(f"agent {r.agent} turn {r.turn}" for r in requests[:3])
-    more = f" and {len(requests) - 3} more" if len(requests) > 3 else ""
-    return f"{len(requests)} request(s): {shown}{more}"
 
 
 def split(items: Sequence[T], parts: int) -> list[list[T]]:
@@ -169,114 +105,8 @@ def by_head(items: Sequence[int], prompts: Sequence[Sequence[int]]) -> list[int]
     return sorted(items, key=lambda i: (list(prompts[i]), i))
 
 
-def _excerpt(text: Any, limit: int) -> str:
-    """The start of a server's answer on one line (errors are one line)."""
-    return " ".join(str(text).split())[:limit]
-
-
-def _version_tuple(text: Any) -> tuple[int, ...] | None:
-    match = re.match(r"(\d+)\.(\d+)\.(\d+)", str(text)) if text is not None else None
-    return tuple(int(g) for g in match.groups()) if match else None
-
-
-def _bucket_control(last: bool, label: str) -> dict[str, Any]:
-    """The control fields of one in-memory bucket: requests are never aborted (explicitly), and
-    only the last bucket flushes the cache and carries the version label, so a server reports
-    the label once it holds every tensor."""
-    return {
-        "flush_cache": last,
-        "abort_all_requests": False,
-        "weight_version": label if last else None,
-    }
-
-
-async def _concurrently(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Run the jobs at once; their results in order. The first job to fail cancels the rest and
-    its exception is raised as itself (not wrapped in an exception group)."""
-    results: list[Any] = [None] * len(jobs)
-    failures: dict[int, Exception] = {}
-
-    async def run(k: int, job: Callable[[], Awaitable[T]], scope: trio.CancelScope) -> None:
-        try:
-            results[k] = await job()
-        except Exception as e:
-            failures[k] = e
-            scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        for k, job in enumerate(jobs):
-            nursery.start_soon(run, k, job, nursery.cancel_scope)
-    if failures:
-        raise failures[min(failures)]
-    return results
-
-
-class _Unreachable(Exception):
-    """No HTTP answer: refused, dropped, timed out (the message says which)."""
-
-
-class _NoMemory(Exception):
-    """An in-memory weight transfer that cannot work; the message is one line naming the server
-    (or the learner) and the cause, and the update goes by disk."""
-
-
-def _is_local(url: str) -> bool:
-    host = httpx.URL(url).host
-    return host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
-
-
-class _Lost(PolicyUnavailable):
-    """A server that stayed unreachable through every retry."""
-
-
-class _Aborted(Exception):
-    """The server aborted one prompt of a batch, e.g. because generation was paused."""
-
-
 class _Behind(Exception):
     """(A follower.) A server answered with weights other than the version being followed."""
-
-
-class _Gate:
-    """Batches run side by side; a weight update runs alone. An update waits for the batches in
-    flight and holds back new ones (it is not starved by a stream of them), so every token of a
-    batch was sampled by the weights whose version the batch reports."""
-
-    def __init__(self) -> None:
-        self._batches = 0
-        self._updating = False
-        self._updates_waiting = 0
-        self._changed = trio.Event()
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
-    @contextlib.asynccontextmanager
-    async def batch(self) -> AsyncIterator[None]:
-        while self._updating or self._updates_waiting:
-            await self._changed.wait()
-        self._batches += 1
-        try:
-            yield
-        finally:
-            self._batches -= 1
-            self._notify()
-
-    @contextlib.asynccontextmanager
-    async def update(self) -> AsyncIterator[None]:
-        self._updates_waiting += 1
-        try:
-            while self._updating or self._batches:
-                await self._changed.wait()
-        finally:
-            self._updates_waiting -= 1
-        self._updating = True
-        try:
-            yield
-        finally:
-            self._updating = False
-            self._notify()
 
 
 class SGLangPolicy:
@@ -289,18 +119,18 @@ class SGLangPolicy:
     regex works with every SGLang grammar backend; EBNF needs XGrammar or llguidance). ``seeded``
     sends each request's seed as ``sampling_seed`` and then requires every server to run with
     ``--enable-deterministic-inference``. ``api_key`` is sent as ``Authorization: Bearer``.
-    ``timeout`` bounds one attempt at one HTTP call (a light GET: at most :data:`_QUICK_TIMEOUT`);
-    ``attempts`` bounds the tries of one call, ``backoff`` is the first pause between them
-    (doubling after each); ``deadline`` bounds one :meth:`generate` in all (its sends, retries and
-    resends; not the one-time readiness check); ``wait`` bounds how long a server may answer
-    /health with 503 (starting) before the first batch. ``weights`` picks how
-    :meth:`update_weights` loads new weights (``disk``, ``distributed``, ``tensor`` or ``auto``;
-    the module docstring), ``sync_timeout`` bounds each step of an in-memory load,
-    ``update_deadline`` one :meth:`update_weights` in all (every call, retry, bucket and the
-    fallback to the disk: the per-call bounds alone add up to hours over a fleet),
-    ``bucket_bytes`` the bytes of one bucket, ``group_host`` the address the servers reach this
-    process at for the weight-update group (default: loopback when every server is local, else
-    this host's name resolved).
+    ``timeout`` bounds one attempt at one HTTP call (a light GET: at most
+    :data:`policy.sglang.calls.QUICK_TIMEOUT`); ``attempts`` bounds the tries of one call,
+    ``backoff`` is the first pause between them (doubling after each); ``deadline`` bounds one
+    :meth:`generate` in all (its sends, retries and resends; not the one-time readiness check);
+    ``wait`` bounds how long a server may answer /health with 503 (starting) before the first
+    batch. ``weights`` picks how :meth:`update_weights` loads new weights (``disk``,
+    ``distributed``, ``tensor`` or ``auto``; :mod:`policy.sglang.sync`), ``sync_timeout`` bounds
+    each step of an in-memory load, ``update_deadline`` one :meth:`update_weights` in all (every
+    call, retry, bucket and the fallback to the disk: the per-call bounds alone add up to hours
+    over a fleet), ``bucket_bytes`` the bytes of one bucket, ``group_host`` the address the
+    servers reach this process at for the weight-update group (default: loopback when every
+    server is local, else this host's name resolved).
 
     A server holds one set of weights, so a request pinned to another version
     (``PolicyRequest.version`` other than -1 and :attr:`version`) is refused with
@@ -374,34 +204,52 @@ class SGLangPolicy:
         self.backoff = backoff
         self.wait = wait
         self.deadline = deadline
+        self.update_deadline = update_deadline
         self.servers = tuple(servers)
         self.lost_servers: list[str] = []  # in the order they were lost
         self.requests_moved = 0  # requests sent again to another server after theirs was lost
         self.cached_tokens = 0  # prompt tokens the servers' radix caches served (their report)
+        self.calls = Calls(timeout=timeout, attempts=attempts, backoff=backoff, api_key=api_key)
+        self.health = Health(self.calls, self.name, seeded=seeded, wait=wait)
+        self.sync = WeightSync(
+            self.name,
+            weights,
+            self.calls,
+            self.health.server_args,
+            self._on_all,
+            sync_timeout=sync_timeout,
+            bucket_bytes=bucket_bytes,
+            group_host=group_host,
+        )
         self._lost_why: dict[str, str] = {}
-        self._tls: ssl.SSLContext | None = None  # made on first use (_client)
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._tokenizer_source = tokenizer
         self._tokenizer: Any = None
-        self._ready = False
-        self._ready_lock = trio.Lock()
         self._label: str | None = None  # the weight_version we told the servers, once we have
         self._first_label: tuple[str, str] | None = None  # (server, label) before any update
         self._mixed: str | None = None  # why the fleet may hold mixed weights
-        self._gate = _Gate()
+        self._gate = Gate()
         self._following = False  # a follower: another client loads the weights (see follow)
         self._label_seen = False  # (a follower) every live server reported _label since follow
-        self.weights: WeightsMethod = weights
-        self.sync_timeout = sync_timeout
-        self.update_deadline = update_deadline
-        self.bucket_bytes = bucket_bytes
-        self.group_host = group_host
-        self.weights_by_disk_why: str | None = None  # set when a sync fell back to the disk
-        self.last_sync_method: str | None = None  # how the last update reached the servers
-        self._group: Any = None  # the learner's UpdateGroup, once formed
-        self._group_members: tuple[str, ...] = ()  # the servers in it, in rank order
-        self._groups = 0  # groups formed so far (each gets a new name)
-        self._server_args: dict[str, dict[str, Any]] = {}  # /server_info, by server
+
+    @property
+    def weights(self) -> WeightsMethod:
+        """How weight updates were asked to travel (the spec's ``weights=``)."""
+        return self.sync.method
+
+    @property
+    def by_memory(self) -> bool:
+        """Whether weight updates go without the disk: asked so, and not fallen back to it."""
+        return self.sync.by_memory
+
+    @property
+    def weights_by_disk_why(self) -> str | None:
+        """Why updates fell back to the disk for good (None while they have not)."""
+        return self.sync.by_disk_why
+
+    @property
+    def last_sync_method(self) -> str | None:
+        """How the last update reached the servers: ``disk``, ``tensor`` or ``distributed``."""
+        return self.sync.last_method
 
     @property
     def live_servers(self) -> list[str]:
@@ -421,7 +269,7 @@ class SGLangPolicy:
             "tokenizer": str(source) if isinstance(source, str | Path) else None,
             "constraint": self.constraint,
             "seeded": self.seeded,
-            "api_key": self._headers.get("Authorization", "").removeprefix("Bearer ") or None,
+            "api_key": self.calls.api_key or None,
             "timeout": self.timeout,
             "attempts": self.attempts,
             "backoff": self.backoff,
@@ -449,7 +297,7 @@ class SGLangPolicy:
     async def generate(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
         if not requests:
             return []
-        async with self._gate.batch(), self._client() as client:
+        async with self._gate.batch(), self.calls.client() as client:
             if self._mixed:
                 raise PolicyError(self._mixed)
             version = self.version
@@ -457,11 +305,11 @@ class SGLangPolicy:
             if pinned:  # the servers hold one set of weights: they cannot answer for another
                 wanted = sorted({r.version for r in pinned})
                 raise PolicyError(
-                    f"{self.name} holds policy version {version}, but {_who(pinned)} are "
+                    f"{self.name} holds policy version {version}, but {who(pinned)} are "
                     f"pinned to version(s) {wanted}"
                 )
             params = [self._params(r) for r in requests]
-            await self._ensure_ready(client)
+            await self.health.ensure(client, self.live_servers)
             tokenizer = await self._ensure_tokenizer(client)
             prompts = [prompt_ids(tokenizer, r.prompt, r.space) for r in requests]
             answers: list[PolicyResponse | None] = [None] * len(requests)
@@ -483,7 +331,7 @@ class SGLangPolicy:
                 if not live:
                     raise PolicyError(
                         f"{self.name}: no server is left for "
-                        f"{_who([requests[i] for i in pending])}; lost: "
+                        f"{who([requests[i] for i in pending])}; lost: "
                         + "; ".join(self._lost_why.values())
                     )
                 silent.clear()
@@ -497,14 +345,14 @@ class SGLangPolicy:
                 started = trio.current_time()
                 try:
                     with trio.move_on_after(budget) as scope:
-                        for got in await _concurrently(jobs):
+                        for got in await concurrently(jobs):
                             for i, answer in got.items():
                                 answers[i] = answer
                     budget -= trio.current_time() - started
                     if scope.cancelled_caught:
                         raise PolicyError(
                             f"SGLang server(s) {', '.join(u for u in live if u in silent)} gave "
-                            f"no answer for {_who([requests[i] for i in pending])} within the "
+                            f"no answer for {who([requests[i] for i in pending])} within the "
                             f"batch deadline of {self.deadline:g}s (each try {self.timeout:g}s; "
                             "the spec's deadline=SECONDS and timeout=SECONDS set them)"
                         )
@@ -513,7 +361,7 @@ class SGLangPolicy:
                     behind += 1
                     if behind >= self.attempts:
                         raise PolicyError(
-                            f"{e}; still so after {behind} waits for {_who(requests)}"
+                            f"{e}; still so after {behind} waits for {who(requests)}"
                         ) from None
                     self._label_seen = False
                 pending = [i for i in pending if answers[i] is None]
@@ -533,10 +381,10 @@ class SGLangPolicy:
         ``path`` is a ``save_pretrained`` directory the servers can read, or a function that
         writes one and returns it (called only when the update goes by disk). ``tensors``, when
         given, returns the weights as ``(name, tensor)`` pairs named as the checkpoint names
-        them; with :attr:`weights` other than ``"disk"`` they are sent without the disk (see the
-        module docstring), and when that cannot work (a server refuses, the group cannot form,
-        a step passes ``sync_timeout``) one warning line names the server and the cause, and
-        this update and every later one go by disk.
+        them; with :attr:`weights` other than ``"disk"`` they are sent without the disk
+        (:mod:`policy.sglang.sync`), and when that cannot work (a server refuses, the group
+        cannot form, a step passes ``sync_timeout``) one warning line names the server and the
+        cause, and this update and every later one go by disk.
 
         A server refusing the load raises :class:`PolicyError` naming it; the version is left as
         it was, and if other servers did load the weights, generation is refused until an update
@@ -568,14 +416,14 @@ class SGLangPolicy:
         what: str,
         label: str,
     ) -> None:
-        async with self._gate.update(), self._client() as client:
-            await self._ensure_ready(client)
+        async with self._gate.update(), self.calls.client() as client:
+            await self.health.ensure(client, self.live_servers)
 
             async def pause(url: str) -> None:
-                await self._call(client, url, "/pause_generation", {"mode": "abort"}, what)
+                await self.calls.call(client, url, "/pause_generation", {"mode": "abort"}, what)
 
             async def check(url: str) -> None:
-                info = await self._model_info(client, url, what)
+                info = await self.calls.model_info(client, url, what)
                 if str(info.get("weight_version")) != label:
                     raise PolicyError(
                         f"SGLang server {url} reports weight_version "
@@ -583,7 +431,7 @@ class SGLangPolicy:
                     )
 
             async def resume(url: str) -> None:
-                await self._call(client, url, "/continue_generation", {}, what)
+                await self.calls.call(client, url, "/continue_generation", {}, what)
 
             async def resume_all() -> dict[str, Exception]:
                 with trio.CancelScope(shield=True):  # never leave a server paused
@@ -595,7 +443,8 @@ class SGLangPolicy:
             try:
                 if failed:
                     raise next(iter(failed.values()))
-                loaded, failed = await self._load(client, paused, path, tensors, label, what)
+                new = NewWeights(path, tensors)
+                loaded, failed = await self.sync.load(client, paused, new, label, what)
                 if not failed:
                     loaded, failed = await self._on_all(loaded, check)
                 if failed:
@@ -622,273 +471,6 @@ class SGLangPolicy:
             failed = await resume_all()
             if failed:  # a server left paused would hold every request sent to it
                 raise next(iter(failed.values()))
-
-    # -- weight transfer --------------------------------------------------------------------------
-
-    async def _load(
-        self,
-        client: httpx.AsyncClient,
-        urls: list[str],
-        path: str | Path | Callable[[], str | Path],
-        tensors: Callable[[], NamedTensors] | None,
-        label: str,
-        what: str,
-    ) -> tuple[list[str], dict[str, Exception]]:
-        """Put the weights on the paused servers ``urls``, in memory when it can work, else from
-        the disk: the servers that loaded them and the errors of those that did not."""
-        if urls and tensors is not None and self.weights != "disk" and not self.weights_by_disk_why:
-            named = list(tensors())
-            method = self._method(urls, named)
-            try:
-                if method == "tensor":
-                    await self._by_tensor(client, urls, named, label, what)
-                elif method == "distributed":
-                    await self._by_distributed(client, urls, named, label, what)
-                if method != "disk":
-                    self.last_sync_method = method
-                    return list(urls), {}
-            except _NoMemory as e:
-                self._group_gone()
-                self.weights_by_disk_why = str(e)
-                log.warning(
-                    f"{e}; weights go to the servers by disk (update_weights_from_disk) from now "
-                    "on",
-                    policy=self.name,
-                )
-        directory = str(path() if callable(path) else path)
-
-        async def load(url: str) -> None:
-            body = {"model_path": directory, "abort_all_requests": False, "weight_version": label}
-            reply = await self._call(
-                client, url, "/update_weights_from_disk", body, what, refusal=True
-            )
-            if not (isinstance(reply, dict) and reply.get("success") is True):
-                message = reply.get("message") if isinstance(reply, dict) else reply
-                raise PolicyError(
-                    f"SGLang server {url} refused to load {what} from {directory!r}: "
-                    f"{_excerpt(message, 300)}"
-                )
-
-        self.last_sync_method = "disk"
-        return await self._on_all(urls, load)
-
-    def _method(self, urls: Sequence[str], named: NamedTensors) -> str:
-        """How the weights go this time: ``tensor`` needs the servers on this machine and the
-        tensors on a GPU (CUDA IPC; CPU tensors would travel as file descriptors, which an
-        unrelated process cannot open), ``distributed`` a group every server can join (one
-        data-parallel rank each: a dp_size > 1 server is loaded from the disk)."""
-        if not named:
-            raise PolicyError(f"{self.name}: the learner gave no tensors to send")
-        multi = [u for u in urls if int(self._server_args.get(u, {}).get("dp_size") or 1) > 1]
-        if multi:
-            self.weights_by_disk_why = (
-                f"SGLang server {multi[0]} runs dp_size > 1, which this client does not put in "
-                "a weight-update group"
-            )
-            log.warning(self.weights_by_disk_why + "; weights go by disk", policy=self.name)
-            return "disk"
-        if self.weights != "auto":
-            return self.weights
-        on_gpu = getattr(named[0][1], "is_cuda", False)
-        local = all(_is_local(u) for u in urls)
-        return "tensor" if on_gpu and local else "distributed"
-
-    async def _once(
-        self, client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any], what: str
-    ) -> None:
-        """One control call of an in-memory update, not retried (the server's half of a
-        collective cannot be sent twice): :class:`_NoMemory` naming the server and the cause
-        when it is not answered ``{"success": true}``."""
-        try:
-            r = await client.post(url + path, json=body, timeout=self.sync_timeout)
-        except (httpx.TimeoutException, httpx.TransportError) as e:
-            raise _NoMemory(f"SGLang server {url}: {path} for {what}: {type(e).__name__}") from e
-        try:
-            reply = r.json()
-        except ValueError:
-            reply = {"message": r.text}
-        if r.status_code != 200 or not (isinstance(reply, dict) and reply.get("success") is True):
-            message = reply.get("message") if isinstance(reply, dict) else reply
-            raise _NoMemory(
-                f"SGLang server {url} refused {path} for {what} (HTTP {r.status_code}): "
-                f"{_excerpt(message, 300)}"
-            )
-
-    async def _by_tensor(
-        self,
-        client: httpx.AsyncClient,
-        urls: list[str],
-        named: NamedTensors,
-        label: str,
-        what: str,
-    ) -> None:
-        """``/update_weights_from_tensor`` (io_struct.py, UpdateWeightsFromTensorReqInput:
-        ``serialized_named_tensors`` one entry per TP rank, ``load_format``, ``flush_cache``,
-        ``abort_all_requests``, ``weight_version``), bucket by bucket; the label goes with the
-        last bucket, so a server reports it only once it holds every tensor."""
-        from policy.sglang.weights import buckets, serialize_named_tensors
-
-        parts = buckets(named, self.bucket_bytes)
-        for k, bucket in enumerate(parts):
-            last = k == len(parts) - 1
-            entry = await trio.to_thread.run_sync(serialize_named_tensors, bucket)
-
-            async def send(url: str, entry: str = entry, last: bool = last) -> None:
-                tp = int(self._server_args.get(url, {}).get("tp_size") or 1)
-                body = {
-                    "serialized_named_tensors": [entry] * tp,
-                    "load_format": None,
-                    **_bucket_control(last, label),
-                }
-                with trio.move_on_after(self.sync_timeout) as scope:
-                    await self._once(client, url, "/update_weights_from_tensor", body, what)
-                if scope.cancelled_caught:
-                    raise _NoMemory(
-                        f"SGLang server {url}: /update_weights_from_tensor for {what} gave no "
-                        f"answer within sync_timeout={self.sync_timeout:g}s"
-                    )
-
-            await _concurrently([functools.partial(send, url) for url in urls])
-
-    async def _by_distributed(
-        self,
-        client: httpx.AsyncClient,
-        urls: list[str],
-        named: NamedTensors,
-        label: str,
-        what: str,
-    ) -> None:
-        """``/update_weights_from_distributed`` (io_struct.py,
-        UpdateWeightsFromDistributedReqInput: ``names``, ``dtypes``, ``shapes``, ``group_name``,
-        ``flush_cache``, ``abort_all_requests``, ``weight_version``, ``load_format``) with
-        ``load_format: "flattened_bucket"``, one call per bucket, while this process broadcasts
-        the bucket's bytes over the group (rank 0). Each bucket is bounded by ``sync_timeout``."""
-        from policy.sglang.weights import buckets, dtype_name, flatten
-
-        if self._group is None or self._group_members != tuple(urls):
-            self._group_gone()
-            await self._form_group(client, urls, named)
-        group = self._group
-        parts = buckets(named, self.bucket_bytes)
-        for k, bucket in enumerate(parts):
-            last = k == len(parts) - 1
-            flat = flatten(bucket)
-            body = {
-                "names": [n for n, _ in bucket],
-                "dtypes": [dtype_name(t) for _, t in bucket],
-                "shapes": [list(t.shape) for _, t in bucket],
-                "group_name": group.group_name,
-                "load_format": "flattened_bucket",
-                **_bucket_control(last, label),
-            }
-            await self._bucket(client, urls, group, flat, body, f"bucket {k + 1}/{len(parts)}")
-
-    async def _bucket(
-        self,
-        client: httpx.AsyncClient,
-        urls: list[str],
-        group: Any,
-        flat: Any,
-        body: dict[str, Any],
-        which: str,
-    ) -> None:
-        """One bucket: every server's call and the learner's broadcast, within ``sync_timeout``."""
-        waiting = {*urls, "the learner's broadcast"}
-        what = f"{which} of version {body['weight_version'] or '(label on the last bucket)'}"
-
-        async def post(url: str) -> None:
-            await self._once(client, url, "/update_weights_from_distributed", body, what)
-            waiting.discard(url)
-
-        async def broadcast() -> None:
-            try:
-                await trio.to_thread.run_sync(group.broadcast, flat, abandon_on_cancel=True)
-            except RuntimeError as e:
-                raise _NoMemory(
-                    f"the broadcast of {which} to {', '.join(urls)} failed: {_excerpt(e, 200)}"
-                ) from e
-            waiting.discard("the learner's broadcast")
-
-        jobs: list[Callable[[], Awaitable[None]]] = [functools.partial(post, u) for u in urls]
-        with trio.move_on_after(self.sync_timeout) as scope:
-            await _concurrently([*jobs, broadcast])
-        if scope.cancelled_caught:
-            raise _NoMemory(
-                f"SGLang server(s) {', '.join(sorted(waiting))} did not finish {which} within "
-                f"sync_timeout={self.sync_timeout:g}s (a hung collective)"
-            )
-
-    async def _form_group(
-        self, client: httpx.AsyncClient, urls: list[str], named: NamedTensors
-    ) -> None:
-        """``/init_weights_update_group`` on every server at once (io_struct.py,
-        InitWeightsUpdateGroupReqInput: ``master_address``, ``master_port``, ``rank_offset``,
-        ``world_size``, ``group_name``, ``backend``) while this process joins as rank 0: each
-        server's ranks follow the ranks of the servers before it (its ``tp_size`` each)."""
-        from policy.sglang.weights import UpdateGroup
-
-        ranks = [int(self._server_args.get(u, {}).get("tp_size") or 1) for u in urls]
-        world = 1 + sum(ranks)
-        local = all(_is_local(u) for u in urls)
-        host = self.group_host or ("127.0.0.1" if local else socket.gethostbyname(socket.getfqdn()))
-        backend = "nccl" if getattr(named[0][1], "is_cuda", False) else "gloo"
-        self._groups += 1
-        name = f"collective-weights-{os.getpid()}-{self._groups}"
-        port = free_port()
-        try:
-            group = UpdateGroup(host, port, world, name, backend, self.sync_timeout)
-        except (OSError, RuntimeError) as e:  # e.g. the port was taken meanwhile
-            raise _NoMemory(
-                f"the learner cannot host weight-update group {name} at {host}:{port}: "
-                f"{_excerpt(e, 200)}"
-            ) from e
-        offsets = [1 + sum(ranks[:i]) for i in range(len(urls))]
-        waiting = {*urls, "the learner"}
-
-        async def init(url: str, offset: int) -> None:
-            body = {
-                "master_address": host,
-                "master_port": port,
-                "rank_offset": offset,
-                "world_size": world,
-                "group_name": name,
-                "backend": backend,
-            }
-            await self._once(client, url, "/init_weights_update_group", body, f"group {name}")
-            waiting.discard(url)
-
-        async def join() -> None:
-            try:
-                await trio.to_thread.run_sync(group.join, abandon_on_cancel=True)
-            except RuntimeError as e:
-                raise _NoMemory(
-                    f"weight-update group {name} ({world} ranks) did not form: {_excerpt(e, 200)}"
-                ) from e
-            waiting.discard("the learner")
-
-        jobs: list[Callable[[], Awaitable[None]]] = [
-            functools.partial(init, u, o) for u, o in zip(urls, offsets, strict=True)
-        ]
-        try:
-            with trio.move_on_after(self.sync_timeout) as scope:
-                await _concurrently([*jobs, join])
-        except BaseException:
-            group.close()
-            raise
-        if scope.cancelled_caught:
-            group.close()
-            raise _NoMemory(
-                f"weight-update group {name} ({world} ranks at {host}:{port}) did not form "
-                f"within sync_timeout={self.sync_timeout:g}s; waiting on "
-                + ", ".join(sorted(waiting))
-            )
-        self._group, self._group_members = group, tuple(urls)
-
-    def _group_gone(self) -> None:
-        """Drop the learner's side of the group (the servers' side is left to their timeout)."""
-        if self._group is not None:
-            self._group.close()
-        self._group, self._group_members = None, ()
 
     async def aclose(self) -> None:
         for server in self.servers:
@@ -920,8 +502,8 @@ class SGLangPolicy:
                 "return_logprob": True,
             }
             try:
-                items = await self._call(client, url, "/generate", body, _who(batch))
-            except _Lost as e:
+                items = await self.calls.call(client, url, "/generate", body, who(batch))
+            except Lost as e:
                 self._lose(url, str(e), moved=len(pending))
                 return answers
             if isinstance(items, dict) and len(batch) == 1:
@@ -929,13 +511,13 @@ class SGLangPolicy:
             if not isinstance(items, list) or len(items) != len(batch):
                 got = len(items) if isinstance(items, list) else type(items).__name__
                 raise PolicyError(
-                    f"SGLang server {url}: /generate answered {got} items for {_who(batch)}"
+                    f"SGLang server {url}: /generate answered {got} items for {who(batch)}"
                 )
             aborted = []
             for i, item in zip(pending, items, strict=True):
                 try:
                     answers[i] = self._parse(url, item, requests[i], len(prompts[i]), version)
-                except _Aborted as e:
+                except Aborted as e:
                     aborted.append(i)
                     why = str(e)
             pending = aborted
@@ -943,7 +525,7 @@ class SGLangPolicy:
                 return answers
         raise PolicyError(
             f"SGLang server {url}: generation was aborted {self.attempts} times for "
-            f"{_who([requests[i] for i in pending])} (last: {why})"
+            f"{who([requests[i] for i in pending])} (last: {why})"
         )
 
     def _lose(self, url: str, why: str, moved: int) -> None:
@@ -970,7 +552,7 @@ class SGLangPolicy:
         async def one(url: str) -> None:
             try:
                 await step(url)
-            except _Lost as e:
+            except Lost as e:
                 self._lose(url, str(e), moved=0)
             except (PolicyError, ValueError) as e:
                 failed[url] = e
@@ -981,88 +563,6 @@ class SGLangPolicy:
         done = [u for u in urls if u not in failed and u not in self.lost_servers]
         return done, {u: failed[u] for u in urls if u in failed}
 
-    async def _ensure_ready(self, client: httpx.AsyncClient) -> None:
-        """Once: every server healthy (503 while it starts is waited out) and, when seeds are
-        sent, every server one that honours them."""
-        async with self._ready_lock:
-            if self._ready:
-                return
-            jobs = [functools.partial(self._check_server, client, u) for u in self.live_servers]
-            await _concurrently(jobs)
-            if not self.seeded:
-                log.warning(
-                    "seeds are off: each SGLang request is sampled without its seed, so a "
-                    "replay of this run will not sample the same tokens",
-                    policy=self.name,
-                )
-            self._ready = True
-
-    async def _check_server(self, client: httpx.AsyncClient, url: str) -> None:
-        await self._wait_healthy(client, url)
-        info, path = await self._first_of(
-            client, url, ("/server_info", "/get_server_info"), "the server's settings"
-        )
-        self._server_args[url] = info
-        deterministic = info.get("enable_deterministic_inference")
-        release = _version_tuple(info.get("version"))
-        if not self.seeded:
-            if deterministic is True:
-                log.warning(
-                    "this server runs deterministic inference and gets no seeds: it samples "
-                    "every request with seed 42, so equal prompts get equal answers",
-                    server=url,
-                )
-            return
-        if release is not None and release < MIN_SGLANG:
-            raise PolicyError(
-                f"SGLang server {url} runs sglang {info.get('version')}; per-request seeds "
-                "(sampling_seed) need sglang >= 0.5.3 (or give the spec seeds=off)"
-            )
-        if deterministic is not True:
-            said = (
-                f"its {path} says enable_deterministic_inference={deterministic!r}"
-                if "enable_deterministic_inference" in info
-                else f"its {path} does not mention enable_deterministic_inference"
-            )
-            raise PolicyError(
-                f"SGLang server {url} does not run with --enable-deterministic-inference ({said}),"
-                " so it would ignore each request's sampling_seed and a replay would sample "
-                "other tokens; restart it with that flag, or give the spec seeds=off"
-            )
-
-    async def _wait_healthy(self, client: httpx.AsyncClient, url: str) -> None:
-        deadline = trio.current_time() + self.wait
-        unreachable = 0
-        while True:
-            try:
-                r = await self._request(client, url, "/health", None)
-            except _Unreachable as e:
-                unreachable += 1
-                if unreachable >= self.attempts:
-                    raise PolicyUnavailable(
-                        f"SGLang server {url} cannot be reached ({e}); is it running there?"
-                    ) from None
-                why = str(e)
-            else:
-                if r.status_code == 200:
-                    return
-                if r.status_code != 503:
-                    raise PolicyError(
-                        f"SGLang server {url}: /health answered HTTP {r.status_code}: "
-                        f"{_excerpt(r.text, 200)}"
-                    )
-                why = "HTTP 503, still starting"
-            if trio.current_time() >= deadline:
-                raise PolicyError(
-                    f"SGLang server {url} was not ready after {self.wait:g}s (last: {why}); a "
-                    "large model takes minutes to load: give the spec a longer wait=SECONDS"
-                )
-            await trio.sleep(HEALTH_POLL)
-
-    async def _model_info(self, client: httpx.AsyncClient, url: str, what: str) -> dict[str, Any]:
-        info, _ = await self._first_of(client, url, ("/model_info", "/get_model_info"), what)
-        return info
-
     async def _await_label(self, client: httpx.AsyncClient) -> None:
         """(A follower.) Wait until every live server reports the followed label in
         ``/model_info`` (at most ``wait`` seconds); a later version there is an error at once."""
@@ -1072,7 +572,7 @@ class SGLangPolicy:
         deadline = trio.current_time() + self.wait
         for url in self.live_servers:
             while True:
-                got = (await self._model_info(client, url, "its weight version")).get(
+                got = (await self.calls.model_info(client, url, "its weight version")).get(
                     "weight_version"
                 )
                 if str(got) == self._label:
@@ -1100,20 +600,6 @@ class SGLangPolicy:
                 "are gone (was the fleet updated while episodes pinned to them ran?)"
             )
 
-    async def _first_of(
-        self, client: httpx.AsyncClient, url: str, paths: Sequence[str], what: str
-    ) -> tuple[dict[str, Any], str]:
-        """The first of ``paths`` the server has (newer SGLang renamed /get_X to /X and keeps the
-        old name as an alias; older servers answer 404 to the new one)."""
-        for path in paths:
-            got = await self._call(client, url, path, None, what, missing_ok=True)
-            if got is None:
-                continue
-            if not isinstance(got, dict):
-                raise PolicyError(f"SGLang server {url}: {path} answered {str(got)[:200]!r}")
-            return got, path
-        raise PolicyError(f"SGLang server {url} answers none of {', '.join(paths)} ({what})")
-
     async def _ensure_tokenizer(self, client: httpx.AsyncClient) -> Any:
         if self._tokenizer is not None:
             return self._tokenizer
@@ -1124,7 +610,7 @@ class SGLangPolicy:
                     f"{self.name}: every server is lost; none can name the model"
                 )
             url = self.live_servers[0]
-            info = await self._model_info(client, url, "the model's tokenizer")
+            info = await self.calls.model_info(client, url, "the model's tokenizer")
             source = info.get("tokenizer_path") or info.get("model_path")
             if not source or not Path(source).is_dir():
                 raise PolicyError(
@@ -1134,175 +620,20 @@ class SGLangPolicy:
         self._tokenizer = load_tokenizer(source) if isinstance(source, str | Path) else source
         return self._tokenizer
 
-    # -- HTTP -------------------------------------------------------------------------------------
-
-    def _client(self) -> httpx.AsyncClient:
-        # A client per call: a connection pool belongs to one event loop, and a policy outlives
-        # many trio.run calls (one per episode batch or fork). One TCP connect per server per GPU
-        # batch is nothing next to the batch.
-        # The TLS context is made once: httpx would otherwise build a default one for every
-        # client, loading the system's CA certificates each time (38 ms of CPU a batch here,
-        # measured by bench/sglang_client.py: more than the rest of a 64-request batch).
-        if self._tls is None:
-            self._tls = ssl.create_default_context()
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
-            headers=self._headers,
-            verify=self._tls,
-        )
-
-    async def _request(
-        self, client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any] | None
-    ) -> httpx.Response:
-        limit = self.timeout if body is not None else min(self.timeout, _QUICK_TIMEOUT)
-        try:
-            if body is None:
-                timeout = httpx.Timeout(limit, connect=min(10.0, limit))
-                return await client.get(url + path, timeout=timeout)
-            return await client.post(url + path, json=body)
-        except httpx.TimeoutException as e:
-            raise _Unreachable(f"timed out after {limit:g}s ({type(e).__name__})") from e
-        except httpx.TransportError as e:  # refused, reset, dropped mid-answer
-            raise _Unreachable(f"{type(e).__name__}: {e}") from e
-
-    async def _call(
-        self,
-        client: httpx.AsyncClient,
-        url: str,
-        path: str,
-        body: dict[str, Any] | None,
-        what: str,
-        *,
-        missing_ok: bool = False,
-        refusal: bool = False,
-    ) -> Any:
-        """One call with bounded retries of transient failures; the decoded JSON answer. None for
-        a 404 when ``missing_ok``; the JSON of an HTTP 400 when ``refusal`` (the caller reads
-        why). :class:`_Lost` when the server stayed unreachable."""
-        last, unreachable = "", False
-        for attempt in range(self.attempts):
-            if attempt:
-                await trio.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                r = await self._request(client, url, path, body)
-            except _Unreachable as e:
-                last, unreachable = str(e), True
-                continue
-            if r.status_code == 429 or r.status_code >= 500:
-                last, unreachable = f"HTTP {r.status_code}: {_excerpt(r.text, 300)}", False
-                continue
-            if r.status_code == 404 and missing_ok:
-                return None
-            if r.status_code >= 400 and not (refusal and r.status_code == 400):
-                hint = " (wrong or missing API key?)" if r.status_code == 401 else ""
-                raise PolicyError(
-                    f"SGLang server {url}: {path} for {what} was refused with HTTP "
-                    f"{r.status_code}{hint}: {_excerpt(r.text, 500)}"
-                )
-            try:
-                return r.json()
-            except ValueError:
-                raise PolicyError(
-                    f"SGLang server {url}: {path} for {what} answered something that is not "
-                    f"JSON: {r.text[:200]!r}"
-                ) from None
-        failure = _Lost if unreachable else PolicyError
-        raise failure(
-            f"SGLang server {url}: {path} for {what} failed {self.attempts} times (last: {last})"
-        )
-
     # -- the protocol's shapes --------------------------------------------------------------------
 
     def _params(self, r: PolicyRequest) -> dict[str, Any]:
-        if r.temperature < _MIN_TEMPERATURE:
-            raise PolicyError(
-                f"{self.name}: agent {r.agent} turn {r.turn} asks temperature {r.temperature}; "
-                f"below {_MIN_TEMPERATURE} SGLang samples greedily and its logprobs are not the "
-                "sampling distribution's"
-            )
-        if r.top_p != 1.0:
-            # The learner's ratios need the behaviour logprobs of the distribution sampled;
-            # whether SGLang's reported logprobs are taken before or after its nucleus is
-            # renormalised is not checked here, so a nucleus is sampled in-process only.
-            raise PolicyError(
-                f"{self.name}: agent {r.agent} turn {r.turn} asks top_p {r.top_p}; the SGLang "
-                "client samples with top_p = 1 only (hf:DIR samples a nucleus)"
-            )
-        p: dict[str, Any] = {
-            "temperature": r.temperature,
-            "max_new_tokens": r.max_tokens,
-            "top_p": 1.0,
-            "top_k": -1,
-            "min_p": 0.0,
-            "frequency_penalty": 0.0,
-            "presence_penalty": 0.0,
-            "repetition_penalty": 1.0,
-            self.constraint: _constraint(r.space, self.constraint),
-        }
-        if self.seeded:
-            p["sampling_seed"] = r.seed & _SEED_MASK
-        return p
+        return sampling_params(r, self.name, self.constraint, self.seeded)
 
     def _parse(
         self, url: str, item: Any, req: PolicyRequest, n_prompt: int, version: int
     ) -> PolicyResponse:
-        """One answer as a response; :class:`_Aborted` when the server aborted it for a reason
-        that may pass (a pause), a :class:`PolicyError` for any other answer."""
-
-        def bad(why: str) -> PolicyError:
-            return PolicyError(
-                f"SGLang server {url}: malformed /generate answer for agent {req.agent} "
-                f"turn {req.turn}: {why}"
-            )
-
-        meta = item.get("meta_info") if isinstance(item, dict) else None
-        if not isinstance(meta, dict):
-            raise bad(f"no meta_info in {str(item)[:200]}")
-        finish = meta.get("finish_reason")
-        reason: dict[str, Any] = finish if isinstance(finish, dict) else {}
-        kind = reason.get("type")
-        if kind == "abort":
-            status = reason.get("status_code")
-            if isinstance(status, int) and 400 <= status < 500 and status != 429:
-                raise bad(f"the server refused it: {reason.get('message')!r}")
-            raise _Aborted(str(reason.get("message", "aborted")))
-        if kind not in ("stop", "length"):
-            raise bad(f"finish_reason {finish!r}")
-        self._check_label(url, meta.get("weight_version"), bad)
-        pairs = meta.get("output_token_logprobs")
-        if not isinstance(pairs, list):
-            raise bad("meta_info.output_token_logprobs is missing (was return_logprob sent?)")
-        ids: list[int] = []
-        logprobs: list[float] = []
-        for k, entry in enumerate(pairs):
-            ok = isinstance(entry, list | tuple) and len(entry) >= 2
-            lp, token = (entry[0], entry[1]) if ok else (None, None)
-            if not (
-                isinstance(lp, int | float)
-                and math.isfinite(lp)
-                and lp <= _LOGPROB_SLACK
-                and isinstance(token, int)
-                and not isinstance(token, bool)
-            ):
-                raise bad(f"output_token_logprobs[{k}] is {entry!r}, not [logprob <= 0, id, ...]")
-            logprobs.append(min(float(lp), 0.0))  # float rounding can leave log(1) a hair above 0
-            ids.append(token)
-        if "output_ids" in item and item["output_ids"] != ids:
-            raise bad(f"output_ids {item['output_ids']} differ from the logprob ids {ids}")
-        if len(ids) > req.max_tokens:
-            raise bad(f"{len(ids)} tokens, more than max_new_tokens={req.max_tokens}")
-        seen = meta.get("prompt_tokens")
-        if seen is not None and seen != n_prompt:  # e.g. a server run with --allow-auto-truncate
-            raise bad(f"the server read {seen} prompt tokens of the {n_prompt} sent (truncated?)")
-        cached = meta.get("cached_tokens")
-        if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= n_prompt:
-            self.cached_tokens += cached
-        text = item.get("text")
-        if not isinstance(text, str):
-            text = self._tokenizer.decode(ids, skip_special_tokens=True)
-        return PolicyResponse(
-            text=text, token_ids=ids, logprobs=logprobs, prompt_tokens=n_prompt, version=version
-        )
+        """One answer as a response (:func:`policy.sglang.shapes.parse_answer`), its weight
+        version checked and its cache hits counted."""
+        check = functools.partial(self._check_label, url)
+        answer, cached = parse_answer(url, item, req, n_prompt, version, self._tokenizer, check)
+        self.cached_tokens += cached
+        return answer
 
     def _check_label(self, url: str, label: Any, bad: Callable[[str], PolicyError]) -> None:
         """The weight version a server reports must be the one this client loaded, or, before

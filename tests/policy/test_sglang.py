@@ -696,9 +696,9 @@ def test_requests_that_share_a_head_go_to_one_server(fleet):
 def test_a_workshop_batch_keeps_its_cache_hits_when_split_by_head():
     """On a real workshop batch (random agents, 6 episodes of 8, the largest batch asked) the
     split by head costs the caches nothing against arrival order (a measurement, not a law:
-    sorting is not guaranteed to win; here it served 76.5% of prompt tokens against 75.3%, as
-    the client's docstring says): the prompts share the header and tool list and little more,
-    and the conductor asks episode by episode."""
+    sorting is not guaranteed to win; the shares it measured are in
+    bench/results/sglang_client/README.md): the prompts share the header and tool list and
+    little more, and the conductor asks episode by episode."""
     from collective import Conductor, EpisodeConfig
     from policy.uniform import RandomPolicy
 

@@ -281,7 +281,7 @@ def test_a_group_whose_port_is_taken_falls_back_to_disk(fake, learner, tmp_path,
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
-    monkeypatch.setattr("policy.sglang.client.free_port", lambda: taken.getsockname()[1])
+    monkeypatch.setattr("policy.sglang.sinks.distributed.free_port", lambda: taken.getsockname()[1])
     policy = client(fake.url, weights="distributed")
     saver = Saver(learner, tmp_path / "v1")
     try:

@@ -195,7 +195,15 @@ def test_a_nucleus_reaches_every_episode_and_the_learner(tmp_path: Path) -> None
 
     cfg = TrainConfig(backend="hf", hf_model="m", top_p=0.8)
     assert [c.nucleus for c in first_configs(cfg)] == [0.8] * len(first_configs(cfg))
-    assert HFBackend(cfg, tmp_path).logprob_kwargs()["top_p"] == 0.8
+    scored: dict[str, object] = {}
+
+    class Scored:  # a model that records what the learner scores it with
+        def token_logprobs(self, *args: object, **kw: object) -> tuple[list, list]:
+            scored.update(kw)
+            return [], []
+
+    HFBackend(cfg, tmp_path).token_logprobs(Scored(), [], [], [], 1.0)
+    assert scored["top_p"] == 0.8
     served = TrainConfig(backend="hf", hf_model="m", top_p=0.8, hf_server="sglang:http://h:1")
     with pytest.raises(ValueError, match=r"top_p = 0.8 is sampled in-process only"):
         HFBackend(served, tmp_path)

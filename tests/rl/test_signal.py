@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective import EpisodeConfig, run_episodes
+from collective.rl.backend import TinyBackend
 from collective.rl.config import TrainConfig
 from collective.rl.learner import Learner, Sample, kl_estimate
 from collective.rl.train import read_metrics, train
@@ -56,7 +57,7 @@ def test_a_batch_without_advantage_moves_no_weight_and_no_adam_moment() -> None:
     (Adam's momentum alone would move them), not the optimiser's moments or step count."""
     cfg = TrainConfig(model=NET, max_output_tokens=12, learning_rate=1e-2)
     model = TinyModel.fresh(NET)
-    learner = Learner(model, cfg, {"max_tokens": 12})
+    learner = Learner(model, cfg, TinyBackend(cfg))  # (max_output_tokens = 12)
     assert learner.step(_samples(0.5))["optimiser_step"] is True
     weights, moments = _state(model), msgspec.json.encode(str(learner.state()))
     version = model.version

@@ -322,6 +322,6 @@ def test_the_learner_sees_the_distribution_that_sampled(tmp_path: Path) -> None:
     ]
     episodes = run_episodes(configs, TinyPolicy(model))
     samples, _, _ = step_samples(cfg, 0, [episodes])
-    stats = Learner(model, cfg, backend.logprob_kwargs()).step(samples)
+    stats = Learner(model, cfg, backend).step(samples)
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert stats["clip_fraction"] == 0.0
