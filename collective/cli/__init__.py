@@ -477,9 +477,9 @@ def cmd_serve_ors(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command and flag, declared once each (over 100 lines: its length is the size of
-    the command line, one declaration after another with no logic between, read as the
-    reference ``--help`` prints)."""
+    """Every command and flag, declared once each. Long because its length is the size of the
+    command line: one declaration after another with no logic between, read as the reference
+    ``--help`` prints."""
     p = Parser(prog="collective", description=DESCRIPTION)
     p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
