@@ -11,7 +11,7 @@ The floors, bottom up; each imports only the floors below it
     views/     timelines, traces and swimlanes of an episode
     rl/        RLCR training: config, rollouts, the collective advantage, the learner, Ray
     studies/   scale studies, world checks, the statistics findings are judged by
-    cli.py     the ``collective`` command
+    cli/       the ``collective`` command (``episodes``: the commands that read an episode)
 
 An agent's action lands in ``collective.engine.episode``; a message's rules live in
 ``collective.engine.comms``; time moves only in ``collective.engine.conductor``, through each

@@ -116,6 +116,52 @@ FINDINGS: dict[str, object] = {
 MODULE_BYTES = 256
 
 
+def _check(
+    *,
+    size: int,
+    modules: int,
+    parallel: float,
+    depth: int,
+    units: int,
+    duplicate_penalty: float,
+    knowledge: float,
+    keys: int,
+    view: int,
+    work_seconds: float,
+    holders: str,
+    onboard_seconds: float,
+    desks: str,
+    clash: str,
+    keys_per_message: int,
+    interrupts: bool,
+) -> None:
+    """Raise ValueError (``Workshop: ...``, one line) on the first parameter out of its domain."""
+    checks = [
+        (size >= 1, f"size must be >= 1, got {size}"),
+        (modules >= 0, f"modules must be >= 0 (0: size per agent), got {modules}"),
+        (0.0 <= parallel <= 1.0, f"parallel must be in [0, 1], got {parallel}"),
+        (depth >= 1, f"depth must be >= 1, got {depth}"),
+        (units >= 1, f"units must be >= 1, got {units}"),
+        (
+            0.0 <= duplicate_penalty <= 1.0,
+            f"duplicate_penalty must be in [0, 1], got {duplicate_penalty}",
+        ),
+        (0.0 <= knowledge <= 1.0, f"knowledge must be in [0, 1], got {knowledge}"),
+        (keys >= 1, f"keys must be >= 1, got {keys}"),
+        (1 <= view <= 9, f"view must be in 1..9, got {view}"),
+        (work_seconds > 0, f"work_seconds must be > 0, got {work_seconds}"),
+        (holders in ("slots", "first"), f"holders must be slots or first, got {holders!r}"),
+        (onboard_seconds >= 0, f"onboard_seconds must be >= 0, got {onboard_seconds}"),
+        (desks in ("spread", "shared"), f"desks must be spread or shared, got {desks!r}"),
+        (clash in ("penalty", "refuse"), f"clash must be penalty or refuse, got {clash!r}"),
+        (keys_per_message >= 0, f"keys_per_message must be >= 0, got {keys_per_message}"),
+        (interrupts in (True, False), f"interrupts must be true or false, got {interrupts!r}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(f"Workshop: {msg}")
+
+
 class Workshop(World):
     monotone = True
     lexicon: tuple[str, ...] = (
@@ -170,30 +216,24 @@ class Workshop(World):
         ``posts_teach``, ``desks``, ``clash``, ``keys_per_message`` and ``terse``: see the
         module's docstring."""
         super().__init__(n_agents, seed)
-        checks = [
-            (size >= 1, f"size must be >= 1, got {size}"),
-            (modules >= 0, f"modules must be >= 0 (0: size per agent), got {modules}"),
-            (0.0 <= parallel <= 1.0, f"parallel must be in [0, 1], got {parallel}"),
-            (depth >= 1, f"depth must be >= 1, got {depth}"),
-            (units >= 1, f"units must be >= 1, got {units}"),
-            (
-                0.0 <= duplicate_penalty <= 1.0,
-                f"duplicate_penalty must be in [0, 1], got {duplicate_penalty}",
-            ),
-            (0.0 <= knowledge <= 1.0, f"knowledge must be in [0, 1], got {knowledge}"),
-            (keys >= 1, f"keys must be >= 1, got {keys}"),
-            (1 <= view <= 9, f"view must be in 1..9, got {view}"),
-            (work_seconds > 0, f"work_seconds must be > 0, got {work_seconds}"),
-            (holders in ("slots", "first"), f"holders must be slots or first, got {holders!r}"),
-            (onboard_seconds >= 0, f"onboard_seconds must be >= 0, got {onboard_seconds}"),
-            (desks in ("spread", "shared"), f"desks must be spread or shared, got {desks!r}"),
-            (clash in ("penalty", "refuse"), f"clash must be penalty or refuse, got {clash!r}"),
-            (keys_per_message >= 0, f"keys_per_message must be >= 0, got {keys_per_message}"),
-            (interrupts in (True, False), f"interrupts must be true or false, got {interrupts!r}"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(f"Workshop: {msg}")
+        _check(
+            size=size,
+            modules=modules,
+            parallel=parallel,
+            depth=depth,
+            units=units,
+            duplicate_penalty=duplicate_penalty,
+            knowledge=knowledge,
+            keys=keys,
+            view=view,
+            work_seconds=work_seconds,
+            holders=holders,
+            onboard_seconds=onboard_seconds,
+            desks=desks,
+            clash=clash,
+            keys_per_message=keys_per_message,
+            interrupts=interrupts,
+        )
         self.view, self.work_seconds, self.penalty = view, work_seconds, duplicate_penalty
         self.onboard, self.posts_teach = onboard_seconds, posts_teach
         self.shared, self.refuse = desks == "shared", clash == "refuse"
@@ -205,8 +245,29 @@ class Workshop(World):
         self.wanted_by: dict[int, list[int]] = {}  # key -> agents refused for lacking it, still
         self.flight: dict[int, list[tuple[int, float, float]]] = {}  # module -> (agent, begun, due)
         self.starts: dict[int, float] = {}  # hired agent -> when its first unit may land
-        rng = self.rng
         n = self.modules = modules or size * n_agents
+        # The seeded draws, in this order: the project, then who holds which key.
+        self._draw_project(n, parallel, depth, units)
+        self._draw_keys(n_agents, n, keys, knowledge, holders)
+        self.public: set[int] = set()  # keys posted on a channel: everyone knows them
+        self.wanted: set[int] = set()  # keys someone was refused work for
+        self.progress = [0.0] * n
+        self.built = bytearray(n)
+        self.n_built = 0
+        self.last_at = [-1e18] * n  # when the last unit landed on each module, and whose
+        self.last_by = [-1] * n
+        self.ready: list[int] = [m for m in range(n) if self.missing[m] == 0]
+        self.pos = {m: i for i, m in enumerate(self.ready)}  # module -> index in self.ready
+        self.desk: dict[int, tuple[int, ...]] = {}  # what each agent was last shown, by slot
+        self.current: dict[int, int] = {}  # the module each agent last worked on
+        self.duplicates = 0
+        self.refused = 0
+
+    def _draw_project(self, n: int, parallel: float, depth: int, units: int) -> None:
+        """The ``n`` modules: ``parallel`` of them in the first layer, the rest split evenly
+        over ``depth - 1`` more; each needs 1 to ``units`` units and depends on one or two of
+        the layer before (``need``, ``dependents``, ``missing``)."""
+        rng = self.rng
         first = max(1, round(parallel * n)) if depth > 1 else n
         rest = n - first
         layers = [list(range(first))]
@@ -223,6 +284,11 @@ class Workshop(World):
                 for dep in sorted(set(rng.choices(below, k=rng.randint(1, 2)))):
                     self.dependents[dep].append(m)
                     self.missing[m] += 1
+
+    def _draw_keys(self, n_agents: int, n: int, keys: int, knowledge: float, holders: str) -> None:
+        """Who holds which key at the start (``holder``, ``known``) and which modules need one
+        (``key_of``; -1: none); the keys' names join the lexicon."""
+        rng = self.rng
         if holders == "first":  # every key with agent 0; no draw depends on the team's size
             self.n_keys = keys
             self.holder = [0] * keys
@@ -236,19 +302,6 @@ class Workshop(World):
         self.known: dict[int, set[int]] = {}
         for j, a in enumerate(self.holder):
             self.known.setdefault(a, set()).add(j)
-        self.public: set[int] = set()  # keys posted on a channel: everyone knows them
-        self.wanted: set[int] = set()  # keys someone was refused work for
-        self.progress = [0.0] * n
-        self.built = bytearray(n)
-        self.n_built = 0
-        self.last_at = [-1e18] * n  # when the last unit landed on each module, and whose
-        self.last_by = [-1] * n
-        self.ready: list[int] = [m for m in range(n) if self.missing[m] == 0]
-        self.pos = {m: i for i, m in enumerate(self.ready)}  # module -> index in self.ready
-        self.desk: dict[int, tuple[int, ...]] = {}  # what each agent was last shown, by slot
-        self.current: dict[int, int] = {}  # the module each agent last worked on
-        self.duplicates = 0
-        self.refused = 0
 
     # -- what agents see and do --------------------------------------------------------------
 

@@ -407,7 +407,8 @@ def printable(text: str, keep_newlines: bool = False) -> str:
     """``text`` safe to print to a terminal: every control character written as an escape
     (``\\x1b``, ``\\n``, ``\\u202e``), as ``repr`` would, the rest as it is. ``keep_newlines``
     keeps line breaks (where the layout puts them). The one place every human-readable output
-    of the command line goes through (``cli.say``); JSON is escaped by its encoder."""
+    of the command line goes through (``collective.cli.shared.say``); JSON is escaped by its
+    encoder."""
     if text.isprintable():
         return text
     return (_CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL).sub(_escaped, text)

@@ -53,7 +53,7 @@ from collective.records import (
     world_error,
 )
 from collective.replay import differences, first_divergence, tokenizer_of, verify
-from collective.world import convert_params
+from collective.world import World, convert_params
 from policy.base import Policy
 from policy.uniform import RandomPolicy
 
@@ -143,7 +143,9 @@ def check_world(
     team, time limit and latency these arguments replace.
 
     A world that cannot be defined or built raises ValueError (one line) before any episode,
-    as ``collective run`` would; everything found by running is in the report."""
+    as ``collective run`` would; everything found by running is in the report. The checks run
+    in the order the module's docstring gives, each one a function below; a world error ends
+    the report there, and episodes the same seed does not repeat get no verdict."""
     if agents < 1 or seeds < 1 or rollouts < 2:
         raise ValueError("check needs --agents >= 1, --seeds >= 1 and --rollouts >= 2")
     if not 0 < time_limit < math.inf:
@@ -154,8 +156,59 @@ def check_world(
             f"check --limits {outside[0]}: read times must be in (0, T = {time_limit:g}]"
         )
     cls = resolve_world(world)
-    # Every episode runs at once and is kept for the report: the total is checked before any
-    # is built (2^70 seeds would otherwise build configs forever, never reaching a limit).
+    _check_room(cls, world, params, agents, seeds, rollouts)
+    report = Report(world, who)
+    player = policy if policy is not None else RandomPolicy()
+    base = msgspec.structs.replace(
+        like or EpisodeConfig(policy=player.name, tokenizer=tokenizer_of(player)),
+        world=world,
+        params=params,
+        agents=agents,
+        time_limit=time_limit,
+        latency=latency_preset(latency),
+    )
+    _check_built(report, base)
+
+    configs = [
+        _with(base, world_seed=s, sample_seed=1000 * s + r)
+        for s in range(seeds)
+        for r in range(rollouts)
+    ]
+    # (They finish in any order: put them back in the configs' order.)
+    finished = run_episodes(configs, player, concurrency=len(configs))
+    by_seeds = {(ep.config.world_seed, ep.config.sample_seed): ep for ep in finished}
+    episodes = [by_seeds[(c.world_seed, c.sample_seed)] for c in configs]
+    if not _check_ends(report, episodes, base.max_events):
+        return report
+    deterministic = _check_repeats(report, episodes[0], configs[0], player)
+    _check_score(report, cls.monotone, episodes)
+    report.notes.append(_actions(episodes))
+
+    # A world may say what its episodes' metrics mean for learning (an ORS environment whose
+    # rewards come only with `finished`).
+    note = getattr(cls, "check_note", None)
+    if callable(note) and (said := note([dict(ep.world_metrics) for ep in episodes])):
+        report.notes.append(said)
+
+    if not deterministic:
+        # A verdict read from episodes that the same seed does not repeat would judge noise.
+        report.notes.append(
+            "no verdict on whether there is something to learn until the world is deterministic"
+        )
+        return report
+    chosen = sorted(set(limits)) if limits else [time_limit / 4, time_limit / 2, time_limit]
+    report.table = _learnability(episodes, chosen, seeds, rollouts)
+    report.verdict = _verdict(report.table, who)
+    return report
+
+
+def _check_room(
+    cls: type[World], world: str, params: dict[str, Any], agents: int, seeds: int, rollouts: int
+) -> None:
+    """Raise ValueError (one line) unless ``seeds`` x ``rollouts`` episodes of ``agents`` fit
+    in memory. Every episode runs at once and is kept for the report, so the total is checked
+    before any is built (2^70 seeds would otherwise build configs forever, never reaching a
+    limit)."""
     at_once = seeds * rollouts
     each = world_footprint(cls, agents, convert_params(cls, params, world), world)
     check_fits(
@@ -170,19 +223,16 @@ def check_world(
         },
         world=each,
     )
-    report = Report(world, who)
-    player = policy if policy is not None else RandomPolicy()
-    base = msgspec.structs.replace(
-        like or EpisodeConfig(policy=player.name, tokenizer=tokenizer_of(player)),
-        world=world,
-        params=params,
-        agents=agents,
-        time_limit=time_limit,
-        latency=latency_preset(latency),
-    )
+
+
+def _check_built(report: Report, base: EpisodeConfig) -> None:
+    """The world defined and built for one agent and for the team (raising ValueError, one
+    line, as ``collective run`` would), its tools, and its longest observation: every agent
+    reads it every turn, so a long one is noted."""
+    agents = base.agents
     for n in sorted({1, agents}):
         check_runnable(_with(base, agents=n))
-    built = make_world(world, agents, 0, params)
+    built = make_world(base.world, agents, 0, base.params)
     try:
         longest = max(len(built.observe(a).encode()) for a in range(agents))
         tools = [s.name for s in built.tool_specs()]
@@ -203,15 +253,10 @@ def check_world(
             f"{OBSERVATION_BYTES})"
         )
 
-    configs = [
-        _with(base, world_seed=s, sample_seed=1000 * s + r)
-        for s in range(seeds)
-        for r in range(rollouts)
-    ]
-    # (They finish in any order: put them back in the configs' order.)
-    finished = run_episodes(configs, player, concurrency=len(configs))
-    by_seeds = {(ep.config.world_seed, ep.config.sample_seed): ep for ep in finished}
-    episodes = [by_seeds[(c.world_seed, c.sample_seed)] for c in configs]
+
+def _check_ends(report: Report, episodes: Sequence[Episode], max_events: int) -> bool:
+    """How the episodes ended: a world error (then False: nothing else is checked), the event
+    cap, or their time limit (or the world's own end)."""
     broken = [ep for ep in episodes if ep.end == "world_error"]
     capped = [ep for ep in episodes if ep.end == "event_limit"]
     ends = ", ".join(f"{k} {v}" for k, v in sorted(Counter(ep.end for ep in episodes).items()))
@@ -230,41 +275,51 @@ def check_world(
             "not checked until the world error is fixed: determinism, the score's range, "
             "whether there is something to learn"
         )
-        return report
+        return False
     if capped:
         report.findings.append(
             (
                 False,
                 f"{len(capped)} of {len(episodes)} episodes stopped at the event cap "
-                f"({base.max_events:,} events): do some tools take no time?",
+                f"({max_events:,} events): do some tools take no time?",
             )
         )
     else:
         report.findings.append(
             (True, f"{len(episodes)} episodes of {report.team} ran to their end ({ends})")
         )
-    first = episodes[0]
-    again = run_episode(configs[0], player)
-    deterministic = encode_episode(again) == encode_episode(first)
-    if not deterministic:
+    return True
+
+
+def _check_repeats(report: Report, first: Episode, config: EpisodeConfig, player: Policy) -> bool:
+    """Whether ``first`` (played from ``config``) is the same bytes when its seed is run again,
+    and the same events when it is replayed."""
+    again = run_episode(config, player)
+    if encode_episode(again) != encode_episode(first):
         report.findings.append(
             (False, f"the same seed gave different episodes: {_parted(first, again)}")
         )
-    else:
-        d = verify(first)
-        deterministic = d is None
-        report.findings.append(
-            (
-                True,
-                f"deterministic: the same seed gave the same bytes; replay identical "
-                f"({len(first.events):,} events)",
-            )
-            if d is None
-            # (a replay is the same seed run again: an unseeded world may agree once by chance)
-            else (False, f"the same seed gave different episodes on replay: {d.describe()}")
+        return False
+    d = verify(first)
+    report.findings.append(
+        (
+            True,
+            f"deterministic: the same seed gave the same bytes; replay identical "
+            f"({len(first.events):,} events)",
         )
+        if d is None
+        # (a replay is the same seed run again: an unseeded world may agree once by chance)
+        else (False, f"the same seed gave different episodes on replay: {d.describe()}")
+    )
+    return d is None
+
+
+def _check_score(report: Report, monotone: bool, episodes: Sequence[Episode]) -> None:
+    """The score stays in [0, 1] at every change (one outside it is a world error, which
+    ``_check_ends`` reports) and, for a
+    world that says ``monotone = True``, never falls."""
     falls = [(ep, t) for ep in episodes if (t := _first_fall(ep)) is not None]
-    if cls.monotone and falls:
+    if monotone and falls:
         ep, t = falls[0]
         report.findings.append(
             (
@@ -274,31 +329,24 @@ def check_world(
             )
         )
     else:
-        how = "never falls (monotone = True)" if cls.monotone else "may fall (monotone = False)"
+        how = "never falls (monotone = True)" if monotone else "may fall (monotone = False)"
         report.findings.append((True, f"score in [0, 1] at every change; {how}"))
-    report.notes.append(_actions(episodes))
 
-    # A world may say what its episodes' metrics mean for learning (an ORS environment whose
-    # rewards come only with `finished`).
-    note = getattr(cls, "check_note", None)
-    if callable(note) and (said := note([dict(ep.world_metrics) for ep in episodes])):
-        report.notes.append(said)
 
-    if not deterministic:
-        # A verdict read from episodes that the same seed does not repeat would judge noise.
-        report.notes.append(
-            "no verdict on whether there is something to learn until the world is deterministic"
-        )
-        return report
-    chosen = sorted(set(limits)) if limits else [time_limit / 4, time_limit / 2, time_limit]
-    for limit in chosen:
+def _learnability(
+    episodes: Sequence[Episode], limits: Sequence[float], seeds: int, rollouts: int
+) -> list[tuple[float, float, float, float]]:
+    """At each of ``limits``: the team's mean score, its spread within a world seed (what RLCR
+    learns from) and the share of rollouts that scored. ``episodes``: ``rollouts`` of each
+    world seed in turn."""
+    table = []
+    for limit in limits:
         scores = [score_before(ep, limit) for ep in episodes]
         groups = [scores[s * rollouts : (s + 1) * rollouts] for s in range(seeds)]
         spread = statistics.fmean(statistics.pstdev(g) for g in groups)
         scored = sum(x > 0 for x in scores) / len(scores)
-        report.table.append((limit, statistics.fmean(scores), spread, scored))
-    report.verdict = _verdict(report.table, who)
-    return report
+        table.append((limit, statistics.fmean(scores), spread, scored))
+    return table
 
 
 def _actions(episodes: Sequence[Episode]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collective.base.outputs import save_figure
 from collective.records import Episode, EpisodeStream, Spawned
@@ -33,6 +34,10 @@ from collective.views.timeline import (
     Open,
     activity,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 MAX_LANES = 64
 REFUSED = "refused"  # a tool call or primitive the world or engine refused (ok = False)
@@ -159,20 +164,16 @@ def draw_timeline(
     progress: Callable[[float], None] | None = None,
 ) -> Path:
     """Draw the episode's swimlanes and score curve into a PNG; returns the path. ``progress``:
-    see ``lanes``."""
+    see ``lanes``. The score above, the agents' lanes (and the world's) below, their labels,
+    the legend: one function each, in the order they are drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.artist import Artist
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     data = lanes(ep, max_lanes, progress)
-    n = len(data.agents)
-    row = {a: i for i, a in enumerate(data.agents)}
     end = max(ep.duration, 1e-9)
-    lane_height = min(max(1.6, 0.42 * n), 10.0)
+    lane_height = min(max(1.6, 0.42 * len(data.agents)), 10.0)
     fig, (top, ax) = plt.subplots(
         2,
         1,
@@ -186,8 +187,19 @@ def draw_timeline(
         top=1 - 0.42 / (1.9 + lane_height),
         bottom=0.78 / (1.9 + lane_height),
     )
+    _draw_score(top, ep, title(ep, data), end)
+    _draw_lanes(ax, data, end)
+    _draw_world(ax, data)
+    _label_lanes(fig, ax, data, end)
+    _draw_legend(fig, data)
+    path = Path(path)
+    save_figure(fig, path, "--png")
+    plt.close(fig)
+    return path
 
-    # -- the score curve ------------------------------------------------------------------
+
+def _draw_score(top: Axes, ep: Episode | EpisodeStream, heading: str, end: float) -> None:
+    """The anytime score as a step curve over the episode, under the picture's title."""
     ts = [t for t, _ in ep.curve] + [end]
     scores = [s for _, s in ep.curve] + [ep.curve[-1][1]]
     top.step(ts, scores, where="post", color="black", lw=1.4)
@@ -197,9 +209,14 @@ def draw_timeline(
     top.grid(axis="y", color="#e5e5e5", lw=0.6)
     for side in ("top", "right"):
         top.spines[side].set_visible(False)
-    top.set_title(title(ep, data), fontsize=10, loc="left")
+    top.set_title(heading, fontsize=10, loc="left")
 
-    # -- the lanes --------------------------------------------------------------------------
+
+def _draw_lanes(ax: Axes, data: Lanes, end: float) -> None:
+    """Each agent's lane: its life, its spans by colour, the messages between lanes as arrows,
+    hires, posts and the answers that were no action. Lane ``i`` is at ``y = i``."""
+    n = len(data.agents)
+    row = {a: i for i, a in enumerate(data.agents)}
     h = 0.72
     for a, (born, died, why) in data.life.items():
         y = row[a]
@@ -263,6 +280,10 @@ def draw_timeline(
             color="#b22222",
             zorder=4,
         )
+
+
+def _draw_world(ax: Axes, data: Lanes) -> None:
+    """The world's own events, posts and error on its lane above the agents' (``y = -1``)."""
     # events a little above the lane's middle and posts a little below, so that an event that
     # posts (a fire breaking out, announced) shows both
     marks = {"event": ("D", -1.18), "post": ("^", -0.8), "error": ("X", -1.0)}
@@ -271,6 +292,12 @@ def draw_timeline(
         if at:
             colour = "#b22222" if kind == "error" else WORLD_COLOUR
             ax.scatter(at, [level] * len(at), marker=marker, s=22, color=colour, lw=0, zorder=4)
+
+
+def _label_lanes(fig: Figure, ax: Axes, data: Lanes, end: float) -> None:
+    """The lanes' names (by role where roles differ), thinned as lanes crowd, with the left
+    margin widened to fit them; the time axis."""
+    n = len(data.agents)
     ax.set_ylim(n - 0.5, -1.5 if data.world else -0.5)
     step = 1 if n <= 32 else 2 if n <= 64 else 4
     roles = len(set(data.roles.values())) > 1  # name them where they differ (a CEO's team)
@@ -287,6 +314,13 @@ def draw_timeline(
     ax.set_xlabel("simulated time (s)")
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
+
+
+def _draw_legend(fig: Figure, data: Lanes) -> None:
+    """The legend below the lanes: the colours, then the marks this picture has."""
+    from matplotlib.artist import Artist
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     handles: list[Artist] = [Patch(color=COLOURS[k], label=LABELS[k]) for k in COLOURS]
     handles.append(Line2D([], [], color="#5b2a86", lw=1, label="message (sent → read)"))
@@ -306,7 +340,3 @@ def draw_timeline(
     fig.subplots_adjust(bottom=(0.78 + 0.2 * (rows - 1)) / fig.get_figheight())
     ncol = -(-len(handles) // rows)
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8.5, frameon=False)
-    path = Path(path)
-    save_figure(fig, path, "--png")
-    plt.close(fig)
-    return path

@@ -21,7 +21,7 @@ is ``"world"``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,149 +159,203 @@ def activity(
     """The episode's spans, marks, arrows and counters, in log order (see the module doc).
 
     ``events``: the episode's events as they should be read (a progress bar wrapping them)."""
-    turns = TurnFinder(ep.turns)  # read alongside the events, not held whole
-    agents: dict[int, _Agent] = {}
-    sent: dict[int, Sent] = {}  # messages sent, before they are delivered or dropped
-    mail: dict[int, tuple[int, int]] = {}  # delivered, unread: message -> (arrow id, sender)
-    arrows = 0
+    reader = _Reader(TurnFinder(ep.turns))  # the turns read alongside the events, not held whole
+    for e in ep.events if events is None else events:
+        yield from reader.read(e)
 
-    def close(agent: int, t: float, args: dict[str, Any]) -> Close:
-        kind, name = agents[agent].stack.pop()
+
+class _Reader:
+    """What the log has said so far, as ``activity`` reads it one event at a time: each agent's
+    open spans and unread mail, the messages sent but not yet delivered, the arrows drawn. One
+    method per kind of event turns it into its items; the kinds with none (``Woke``) have no
+    method."""
+
+    def __init__(self, turns: TurnFinder) -> None:
+        self.turns = turns
+        self.agents: dict[int, _Agent] = {}
+        self.sent: dict[int, Sent] = {}  # messages sent, before they are delivered or dropped
+        self.mail: dict[int, tuple[int, int]] = {}  # delivered, unread: id -> (arrow, sender)
+        self.arrows = 0
+        # Each event class is a leaf of the schema, so its exact type picks its method.
+        self.on: dict[type, Callable[[Any], Iterable[Item]]] = {
+            Spawned: self.spawned,
+            Asked: self.asked,
+            Thought: self.thought,
+            Began: self.began,
+            Rejected: self.rejected,
+            Committed: self.committed,
+            Sent: self.sent_,
+            Delivered: self.delivered,
+            Dropped: self.dropped,
+            Posted: self.posted,
+            Happened: self.happened,
+            Failed: self.failed,
+            Hired: self.hired,
+            Fired: self.fired,
+            Ended: self.ended,
+        }
+
+    def read(self, e: AnyEvent) -> Iterable[Item]:
+        """The items event ``e`` adds, in order."""
+        on = self.on.get(type(e))
+        return () if on is None else on(e)
+
+    # -- an agent's track ------------------------------------------------------------------
+
+    def close(self, agent: int, t: float, args: dict[str, Any]) -> Close:
+        kind, name = self.agents[agent].stack.pop()
         return Close(agent, t, kind, name, args)
 
-    def settle(agent: int, t: float) -> Iterator[Item]:
+    def settle(self, agent: int, t: float) -> Iterator[Item]:
         """A hybrid tool's span ends when its real work does, before anything later on its
         track; if the agent's life ends first, the span ends with it."""
-        a = agents[agent]
+        a = self.agents[agent]
         if 0 <= a.busy_until <= t:
-            yield close(agent, a.busy_until, a.landed)
+            yield self.close(agent, a.busy_until, a.landed)
             a.busy_until = -1.0
 
-    def lost(agent: int, t: float, reason: str) -> Iterator[Item]:
+    def lost(self, agent: int, t: float, reason: str) -> Iterator[Item]:
         """Every message still unread in an agent's mailbox ends here, with an arrow to a mark."""
-        for m in agents[agent].inbox:
-            arrow, sender = mail.pop(m)
+        inbox = self.agents[agent].inbox
+        for m in inbox:
+            arrow, sender = self.mail.pop(m)
             yield Mark(agent, t, "unread", {"message": m, "from": sender, "reason": reason})
             yield ArrowIn(arrow, "msg", agent, t, sender)
-        if agents[agent].inbox:
-            agents[agent].inbox.clear()
+        if inbox:
+            inbox.clear()
             yield Depth(agent, t, 0)
 
-    def end_life(agent: int, t: float, reason: str) -> Iterator[Item]:
-        a = agents[agent]
+    def end_life(self, agent: int, t: float, reason: str) -> Iterator[Item]:
+        a = self.agents[agent]
         if a.busy_until >= 0:
-            yield close(agent, min(a.busy_until, t), a.landed)
+            yield self.close(agent, min(a.busy_until, t), a.landed)
             a.busy_until = -1.0
-        yield from lost(agent, t, reason)
+        yield from self.lost(agent, t, reason)
         while a.stack:
-            yield close(agent, t, {"cut": reason} if len(a.stack) > 1 else {"end": reason})
+            yield self.close(agent, t, {"cut": reason} if len(a.stack) > 1 else {"end": reason})
 
-    for e in ep.events if events is None else events:
-        if isinstance(e, Spawned):
-            agents[e.agent] = _Agent(e.role, [(LIFE, f"agent {e.agent}")])
-            yield Open(e.agent, e.t, LIFE, f"agent {e.agent}", {"role": e.role, "hired_by": e.by})
-        elif isinstance(e, Asked):
-            yield from settle(e.agent, e.t)
-            a = agents[e.agent]
-            tr = turns.pop((e.agent, e.turn))
-            args: dict[str, Any] = {"turn": e.turn, "read": list(e.read)}
-            if tr is not None and tr.prompt:
-                args["prompt"] = tr.prompt
-            a.stack.append((THINK, "think"))
-            yield Open(e.agent, e.t, THINK, "think", args)
-            for m in e.read:
-                arrow, sender = mail.pop(m)
-                del a.inbox[m]
-                yield ArrowIn(arrow, "msg", e.agent, e.t, sender)
-            if e.read:
-                yield Depth(e.agent, e.t, len(a.inbox))
-        elif isinstance(e, Thought):
-            yield close(
+    # -- the events ------------------------------------------------------------------------
+
+    def spawned(self, e: Spawned) -> Iterator[Item]:
+        self.agents[e.agent] = _Agent(e.role, [(LIFE, f"agent {e.agent}")])
+        yield Open(e.agent, e.t, LIFE, f"agent {e.agent}", {"role": e.role, "hired_by": e.by})
+
+    def asked(self, e: Asked) -> Iterator[Item]:
+        yield from self.settle(e.agent, e.t)
+        a = self.agents[e.agent]
+        tr = self.turns.pop((e.agent, e.turn))
+        args: dict[str, Any] = {"turn": e.turn, "read": list(e.read)}
+        if tr is not None and tr.prompt:
+            args["prompt"] = tr.prompt
+        a.stack.append((THINK, "think"))
+        yield Open(e.agent, e.t, THINK, "think", args)
+        for m in e.read:
+            arrow, sender = self.mail.pop(m)
+            del a.inbox[m]
+            yield ArrowIn(arrow, "msg", e.agent, e.t, sender)
+        if e.read:
+            yield Depth(e.agent, e.t, len(a.inbox))
+
+    def thought(self, e: Thought) -> Iterator[Item]:
+        yield self.close(
+            e.agent,
+            e.t,
+            {
+                "text": e.text,
+                "output_tokens": e.output_tokens,
+                "prompt_tokens": e.prompt_tokens,
+                "version": e.version,
+            },
+        )
+
+    def began(self, e: Began) -> Iterator[Item]:
+        yield from self.settle(e.agent, e.t)
+        tool = e.text.split(" ", 1)[0]
+        kind = action_kind(tool)
+        self.agents[e.agent].acting = (e.act, e.text)
+        self.agents[e.agent].stack.append((kind, tool))
+        until = e.until if e.until >= 0 else "a message"
+        yield Open(e.agent, e.t, kind, tool, {"text": e.text, "until": until})
+
+    def rejected(self, e: Rejected) -> Iterator[Item]:
+        yield from self.settle(e.agent, e.t)
+        yield Mark(e.agent, e.t, "rejected", {"text": e.text, "error": e.error})
+
+    def committed(self, e: Committed) -> Iterator[Item]:
+        a = self.agents[e.agent]
+        result = {"tool": e.tool, "ok": e.ok, "result": e.result}
+        if a.acting is None or a.acting[0] != e.act:  # failed before it could begin
+            yield Mark(e.agent, e.t, "tool error", result)
+            return
+        text = a.acting[1]
+        a.acting = None
+        if e.tool == "read":
+            yield Board(f"#{_arg(text)}", e.t, "read", {"by": e.agent, "result": e.result})
+        elif e.tool in ("put", "search"):
+            yield Board("archive", e.t, e.tool, {"by": e.agent, "text": _arg(text), **result})
+        if e.real > 0:  # hybrid: the agent is busy with the real work until t + real
+            a.busy_until, a.landed = e.t + e.real, {**result, "real_seconds": e.real}
+        else:
+            yield self.close(e.agent, e.t, result)
+
+    def sent_(self, e: Sent) -> Iterable[Item]:
+        self.sent[e.msg] = e
+        return ()
+
+    def delivered(self, e: Delivered) -> Iterator[Item]:
+        s = self.sent.pop(e.msg)
+        self.arrows += 1
+        self.mail[e.msg] = (self.arrows, s.agent)
+        self.agents[e.to].inbox[e.msg] = None
+        yield ArrowOut(self.arrows, "msg", s.agent, e.t, e.to)
+        yield Depth(e.to, e.t, len(self.agents[e.to].inbox))
+
+    def dropped(self, e: Dropped) -> Iterator[Item]:
+        if e.reason == "evicted":  # delivered earlier, pushed out of the full mailbox now
+            arrow, sender = self.mail.pop(e.msg)
+            del self.agents[e.to].inbox[e.msg]
+            yield from self.settle(e.to, e.t)
+            yield Mark(e.to, e.t, "evicted", {"message": e.msg, "from": sender})
+            yield ArrowIn(arrow, "msg", e.to, e.t, sender)
+            yield Depth(e.to, e.t, len(self.agents[e.to].inbox))
+        else:
+            s = self.sent.pop(e.msg)
+            yield Mark(
                 e.agent,
                 e.t,
-                {
-                    "text": e.text,
-                    "output_tokens": e.output_tokens,
-                    "prompt_tokens": e.prompt_tokens,
-                    "version": e.version,
-                },
+                "dropped",
+                {"message": e.msg, "to": e.to, "text": s.text, "reason": e.reason},
             )
-        elif isinstance(e, Began):
-            yield from settle(e.agent, e.t)
-            tool = e.text.split(" ", 1)[0]
-            kind = action_kind(tool)
-            agents[e.agent].acting = (e.act, e.text)
-            agents[e.agent].stack.append((kind, tool))
-            until = e.until if e.until >= 0 else "a message"
-            yield Open(e.agent, e.t, kind, tool, {"text": e.text, "until": until})
-        elif isinstance(e, Rejected):
-            yield from settle(e.agent, e.t)
-            yield Mark(e.agent, e.t, "rejected", {"text": e.text, "error": e.error})
-        elif isinstance(e, Committed):
-            a = agents[e.agent]
-            result = {"tool": e.tool, "ok": e.ok, "result": e.result}
-            if a.acting is None or a.acting[0] != e.act:  # failed before it could begin
-                yield Mark(e.agent, e.t, "tool error", result)
-                continue
-            text = a.acting[1]
-            a.acting = None
-            if e.tool == "read":
-                yield Board(f"#{_arg(text)}", e.t, "read", {"by": e.agent, "result": e.result})
-            elif e.tool in ("put", "search"):
-                yield Board("archive", e.t, e.tool, {"by": e.agent, "text": _arg(text), **result})
-            if e.real > 0:  # hybrid: the agent is busy with the real work until t + real
-                a.busy_until, a.landed = e.t + e.real, {**result, "real_seconds": e.real}
-            else:
-                yield close(e.agent, e.t, result)
-        elif isinstance(e, Sent):
-            sent[e.msg] = e
-        elif isinstance(e, Delivered):
-            s = sent.pop(e.msg)
-            arrows += 1
-            mail[e.msg] = (arrows, s.agent)
-            agents[e.to].inbox[e.msg] = None
-            yield ArrowOut(arrows, "msg", s.agent, e.t, e.to)
-            yield Depth(e.to, e.t, len(agents[e.to].inbox))
-        elif isinstance(e, Dropped):
-            if e.reason == "evicted":  # delivered earlier, pushed out of the full mailbox now
-                arrow, sender = mail.pop(e.msg)
-                del agents[e.to].inbox[e.msg]
-                yield from settle(e.to, e.t)
-                yield Mark(e.to, e.t, "evicted", {"message": e.msg, "from": sender})
-                yield ArrowIn(arrow, "msg", e.to, e.t, sender)
-                yield Depth(e.to, e.t, len(agents[e.to].inbox))
-            else:
-                s = sent.pop(e.msg)
-                yield Mark(
-                    e.agent,
-                    e.t,
-                    "dropped",
-                    {"message": e.msg, "to": e.to, "text": s.text, "reason": e.reason},
-                )
-        elif isinstance(e, Posted) and e.agent < 0:  # the world's post: no agent sent it
-            args = {"by": "world", "message": e.msg, "text": e.text}
-            yield Board(f"#{e.channel}", e.t, "post", args)
-        elif isinstance(e, Happened):
-            yield Board("world", e.t, e.call, {"by": "world", "group": e.group})
-        elif isinstance(e, Failed):
-            args = {"by": "world", "method": e.method, "error": e.error, "where": e.where}
-            yield Board("world", e.t, "world error", args)
-        elif isinstance(e, Posted):
-            arrows += 1
-            channel = f"#{e.channel}"
-            yield ArrowOut(arrows, "post", e.agent, e.t, channel)
-            yield Board(channel, e.t, "post", {"by": e.agent, "message": e.msg, "text": e.text})
-            yield ArrowIn(arrows, "post", channel, e.t, e.agent)
-        elif isinstance(e, Hired):
-            arrows += 1
-            yield ArrowOut(arrows, "hire", e.agent, e.t, e.new)
-            yield ArrowIn(arrows, "hire", e.new, e.t, e.agent)
-        elif isinstance(e, Fired):
-            yield from end_life(e.target, e.t, f"fired by {e.agent}")
-        elif isinstance(e, Ended):
-            for agent in sorted(agents):
-                if agents[agent].stack:
-                    yield from end_life(agent, e.t, e.reason)
+
+    def posted(self, e: Posted) -> Iterator[Item]:
+        channel = f"#{e.channel}"
+        if e.agent < 0:  # the world's post: no agent sent it, so no arrow
+            yield Board(channel, e.t, "post", {"by": "world", "message": e.msg, "text": e.text})
+            return
+        self.arrows += 1
+        yield ArrowOut(self.arrows, "post", e.agent, e.t, channel)
+        yield Board(channel, e.t, "post", {"by": e.agent, "message": e.msg, "text": e.text})
+        yield ArrowIn(self.arrows, "post", channel, e.t, e.agent)
+
+    def happened(self, e: Happened) -> Iterator[Item]:
+        yield Board("world", e.t, e.call, {"by": "world", "group": e.group})
+
+    def failed(self, e: Failed) -> Iterator[Item]:
+        args = {"by": "world", "method": e.method, "error": e.error, "where": e.where}
+        yield Board("world", e.t, "world error", args)
+
+    def hired(self, e: Hired) -> Iterator[Item]:
+        self.arrows += 1
+        yield ArrowOut(self.arrows, "hire", e.agent, e.t, e.new)
+        yield ArrowIn(self.arrows, "hire", e.new, e.t, e.agent)
+
+    def fired(self, e: Fired) -> Iterator[Item]:
+        yield from self.end_life(e.target, e.t, f"fired by {e.agent}")
+
+    def ended(self, e: Ended) -> Iterator[Item]:
+        for agent in sorted(self.agents):
+            if self.agents[agent].stack:
+                yield from self.end_life(agent, e.t, e.reason)
 
 
 @dataclass(slots=True)

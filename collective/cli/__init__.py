@@ -1,4 +1,9 @@
-"""The ``collective`` command line."""
+"""The ``collective`` command line: ``main``, every command's flags (``build_parser``), the one
+line an error becomes (``run_command``), and the commands that run, check and train.
+
+The commands that read a recorded episode (``replay``, ``show``, ``trace``, ``diff``) are in
+``collective.cli.episodes``; what every command shares (the registry ``COMMANDS``, ``say``,
+``--param``) is in ``collective.cli.shared``, below both."""
 
 from __future__ import annotations
 
@@ -13,119 +18,33 @@ from typing import Any
 import msgspec
 
 from collective.base import log as logsetup
-from collective.base.args import Parser, count, param_value, real, reals, wholes
+from collective.base.args import Parser, count, real, reals, wholes
 from collective.base.args import whole as integer
 from collective.base.outputs import check_dir, check_file, printable, writing_dir
 from collective.base.progress import Clock, note, on_terminal
+from collective.cli import episodes as episodes  # its commands, registered as it is imported
+from collective.cli.shared import (
+    COMMANDS,
+    add_param,
+    close_policy,
+    command,
+    episode_summary,
+    have_matplotlib,
+    input_paths,
+    say,
+    world_broke,
+)
 from collective.records import (
-    Asked,
-    Delivered,
-    Ended,
-    Episode,
     EpisodeConfig,
     EpisodeFileError,
-    EpisodeStream,
     EpisodeWriter,
     open_episode,
-    save_episode,
     world_error,
 )
-from collective.views.text import describe
 from policy.base import PolicyError
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-
-
-def say(*values: object, file: Any = None) -> None:
-    """``print``, with every control character escaped (``outputs.printable``): whatever an
-    episode file, an agent or a world's error says reaches the terminal as text, never as a
-    command to it (a title, a cleared screen). Line breaks in what is printed stay; a record's
-    own line breaks are escaped where it is laid out one line each (``describe``)."""
-    print(*(printable(str(v), keep_newlines=True) for v in values), file=file)
-
-
-def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    COMMANDS[fn.__name__.removeprefix("cmd_").replace("_", "-")] = fn
-    return fn
-
-
-def _add_param(parser: argparse.ArgumentParser) -> None:
-    """``--param KEY=VALUE``, read the same way by every command that builds a world."""
-    parser.add_argument(
-        "--param",
-        type=_param,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a world parameter, read as JSON if it is JSON, then converted to the type the "
-        "world constructor annotates (repeatable)",
-    )
-
-
-def _param(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key, param_value(key, value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _inputs(a: argparse.Namespace, *outputs: str) -> list[str]:
-    """Every path the command's arguments could name but ``outputs``: each argument, and each
-    part of a reference like ``file.py:Class`` or ``tiny:PATH``. An output that is one of
-    these (device and inode) is refused before any work (``outputs.check_file``)."""
-    found: list[str] = []
-    for key, value in vars(a).items():
-        if key in outputs:
-            continue
-        for v in value if isinstance(value, list | tuple) else [value]:
-            if isinstance(v, tuple):  # --param KEY=VALUE
-                v = v[-1]
-            if isinstance(v, str | Path) and str(v):
-                found += [str(v), *str(v).split(":")]
-    return found
-
-
-def _summary(ep: Episode | EpisodeStream, wall: float, out: str | None) -> dict[str, Any]:
-    s = ep.stats
-    return {
-        "score": round(ep.score, 6),
-        "duration": round(ep.duration, 3),
-        "end": ep.end,
-        "events": s.events,
-        "turns": s.turns,
-        "tokens": s.output_tokens,
-        "messages": s.sent,
-        "posts": s.posts,
-        "world_metrics": ep.world_metrics,  # the world's own ``metrics()`` at the end
-        "wall_time": round(wall, 3),
-        "out": out,
-    }
-
-
-def _have_matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401  (an optional extra)
-    except ImportError:
-        return False
-    return True
-
-
-def _world_broke(name: str, line: str, a: argparse.Namespace) -> int:
-    """A bug in the world: one line, exit 2. With ``-v`` the world's traceback has been logged
-    already; the command's own (where it noticed) would read as a crash of the tool."""
-    hint = "" if a.verbose else " (-v for the traceback)"
-    say(f"collective {name}: error: {printable(' '.join(line.split()))}{hint}", file=sys.stderr)
-    return 2
-
-
-def _close(policy: Any) -> None:
-    """Release what a policy holds (a server process it launched) once the command is done."""
-    import trio
-
-    trio.run(policy.aclose)
+#: What ``collective --help`` says above the commands.
+DESCRIPTION = "The ``collective`` command line."
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -160,7 +79,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     # Everything checked before anything runs: a bad world, size or output path is one line
     # now, not a traceback after the whole episode.
     check_runnable(cfg)
-    out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
+    out = check_file(a.out, "--out", input_paths(a, "out")) if a.out is not None else None
     one_policy = not a.policy.startswith("roles:")  # (roles:DIR answers each role apart)
     notice = make_organisation(cfg.org, cfg.budget).like_flat(one_policy=one_policy)
     if notice:
@@ -190,118 +109,21 @@ def cmd_run(a: argparse.Namespace) -> int:
     finally:
         if clock is not None:
             clock.close()
-        _close(policy)
+        close_policy(policy)
     if writer is not None:
         writer.finish()
     wall = time.perf_counter() - t0
     if ep.end == "world_error":  # a bug in the world: one line, the record kept
         kept = f"the episode is in {a.out}" if a.out else "--out FILE keeps the episode"
         told = world_error(open_episode(out) if out is not None else ep)  # streamed: in the file
-        return _world_broke("run", f"{told}; {kept}", a)
+        return world_broke("run", f"{told}; {kept}", a)
     if ep.end == "event_limit":
         say(
             f"collective run: stopped at the event limit ({cfg.max_events:,} events) at "
             f"t={ep.duration:g} of {cfg.time_limit:g} simulated seconds; raise --max-events",
             file=sys.stderr,
         )
-    say(json.dumps(_summary(ep, wall, a.out)))
-    return 0
-
-
-# -- replay and fork ---------------------------------------------------------------------------
-
-
-def _world_to_import(ep: EpisodeStream, a: argparse.Namespace) -> str | None:
-    """The world reference a replay may import: the user's ``--world``; else the episode's own
-    if it is built in or the user passed ``--trust-world`` (None: the recorded one). Opening
-    someone's episode must not run code that only the file names."""
-    from collective.engine.registry import is_builtin
-
-    if a.world:
-        return a.world
-    ref = ep.config.world
-    if is_builtin(ref) or a.trust_world:
-        return None
-    raise ValueError(
-        f"{a.episode} runs world {ref!r}, which is not built in: replaying imports it, running "
-        f"code the file names; to run it, name it: --world {ref} (or pass --trust-world)"
-    )
-
-
-@command
-def cmd_replay(a: argparse.Namespace) -> int:
-    from collective.replay import audit, check_replayable, first_divergence, fork, prefix
-    from policy.factory import make_policy
-
-    ep = open_episode(a.episode)
-    world = _world_to_import(ep, a)
-    check_replayable(ep, world, fork=a.until is not None)
-    t0 = time.perf_counter()
-    if a.until is None:
-        for option, given in (("--out", a.out is not None), ("--seed", a.seed is not None)):
-            if given:
-                say(f"collective replay: error: {option} needs --until (a fork)", file=sys.stderr)
-                return 2
-        policy = make_policy(a.policy) if a.policy else None
-        clock = Clock(ep.duration, "replay") if on_terminal() else None
-        try:
-            _, problems = audit(
-                ep, policy=policy, world=world, progress=clock.at if clock else None
-            )
-        finally:
-            if clock is not None:
-                clock.close()
-            if policy is not None:
-                _close(policy)
-        if problems:
-            say(f"replay of {a.episode} DIVERGED")
-            for line in problems:
-                say(f"  {printable(line)}")
-            return 1
-        say(
-            json.dumps(
-                {
-                    "replay": "identical",
-                    "events": len(ep.events),
-                    "turns": ep.stats.turns,  # as `run` counts them: answers that landed
-                    "answers": "recomputed" if policy else "recorded",
-                    "token_ids": "spell the text" if ep.config.tokenizer == "bytes" else "counted",
-                    "wall_time": round(time.perf_counter() - t0, 3),
-                }
-            )
-        )
-        return 0
-    if not 0 <= a.until <= ep.config.time_limit:  # before a policy (a server?) is started
-        raise ValueError(f"--until {a.until}: outside the episode (0..{ep.config.time_limit:g})")
-    out = check_file(a.out, "--out", _inputs(a, "out")) if a.out is not None else None
-    policy = make_policy(a.policy or "random")
-    clock = Clock(ep.config.time_limit, "fork") if on_terminal() else None
-    try:
-        forked = fork(
-            ep,
-            a.until,
-            policy,
-            sample_seed=a.seed,
-            world=world,
-            progress=clock.at if clock else None,
-        )
-    finally:
-        if clock is not None:
-            clock.close()
-        _close(policy)
-    d = first_divergence(prefix(ep.events, a.until), prefix(forked.events, a.until))
-    if d is not None:
-        say(f"fork of {a.episode} does not share its prefix up to t={a.until}\n{d.describe()}")
-        return 1
-    if out is not None:
-        save_episode(forked, out, "--out")
-    summary = _summary(forked, time.perf_counter() - t0, a.out)
-    summary.update(
-        forked_at=a.until,
-        prefix_events=len(prefix(ep.events, a.until)),
-        original_score=round(ep.score, 6),
-    )
-    say(json.dumps(summary))
+    say(json.dumps(episode_summary(ep, wall, a.out)))
     return 0
 
 
@@ -372,7 +194,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     finally:
         if clock is not None:
             clock.close()
-        _close(policy)
+        close_policy(policy)
     shown = f" {params}" if params else ""
     from_config = ""
     if a.config is not None:
@@ -385,7 +207,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     for line in report.lines():
         say(printable(line))
     if report.world_error:  # a bug in the world: as `run` says it, exit 2
-        return _world_broke("check", report.world_error, a)
+        return world_broke("check", report.world_error, a)
     return 0 if report.ok else 1
 
 
@@ -412,139 +234,6 @@ def _check_policy(a: argparse.Namespace, like: EpisodeConfig | None) -> tuple[An
     policy = backend.policy_for(model, backend.weights(model), 0)
     start = f"tiny:{cfg.init}" if cfg.init else "the untrained tiny model"
     return policy, f"team of {start}"
-
-
-# -- show and diff -----------------------------------------------------------------------------
-
-
-@command
-def cmd_show(a: argparse.Namespace) -> int:
-    ep = open_episode(a.episode)
-    if a.png is not None:
-        from collective.views.swimlane import MAX_LANES, draw_timeline
-
-        check_file(a.png, "--png", [a.episode])
-        clock = Clock(ep.duration, "show --png: reading") if on_terminal() else None
-        try:
-            drawn = draw_timeline(ep, a.png, progress=clock.at if clock else None)
-        finally:
-            if clock is not None:
-                clock.close()
-        say(drawn)
-        if ep.config.agents + ep.stats.hires > MAX_LANES:  # every agent that ever lived
-            say(
-                f"show: only the first {MAX_LANES} agents have lanes; "
-                "`collective trace` shows every agent",
-                file=sys.stderr,
-            )
-        return 0
-    c = ep.config
-    header = (
-        f"# {c.world} {c.params or ''} agents={c.agents} org={c.org} world_seed={c.world_seed} "
-        f"sample_seed={c.sample_seed} T_max={c.time_limit:g}s clock={c.clock} "
-        f"latency={c.latency.name} policy={c.policy}"
-    )
-    say(printable(header))
-    if a.observations:
-        _show_observations(ep, a)
-        return 0
-    shown = 0
-    for e in ep.events:
-        if a.agent is not None and e.agent != a.agent and not isinstance(e, Ended):
-            continue
-        if isinstance(e, Asked | Delivered) and not a.all:
-            continue
-        say(f"{e.t:10.3f}  {describe(e)}")
-        shown += 1
-        if a.limit and shown >= a.limit:
-            say(f"... ({len(ep.events)} events in all)")
-            break
-    say(
-        f"# score {ep.score:.4f} after {ep.duration:.1f}s simulated ({ep.end}); "
-        f"{ep.stats.turns} turns, {ep.stats.output_tokens} tokens, {ep.stats.sent} messages"
-    )
-    if ep.world_metrics:  # the world's own metrics() at the end
-        say("# world metrics: " + ", ".join(f"{k} {v:g}" for k, v in ep.world_metrics.items()))
-    if ep.end == "world_error":
-        say(f"# {printable(world_error(ep))}")
-    return 0
-
-
-def _show_observations(ep: EpisodeStream, a: argparse.Namespace) -> None:
-    """Every turn's prompt: what the agent saw (the world's observation, then its inbox, the
-    channels' news and its last result), then what it decided and what came of it."""
-    turns = ep.turns_of(a.agent)
-    if turns and not any(t.prompt for t in turns):
-        raise ValueError(
-            f"{a.episode} was run with keep_prompts = false: it holds no observations to show"
-        )
-    turns.sort(key=lambda t: (t.asked, t.agent, t.turn))
-    for shown, t in enumerate(turns):
-        if a.limit and shown >= a.limit:
-            say(f"... ({len(turns)} turns in all)")
-            break
-        say(f"{t.asked:10.3f}  agent {t.agent} turn {t.turn} ({printable(t.role)}) sees:")
-        for line in t.prompt.split("\n"):
-            say(f"{'':12}| {line}")
-        if t.kind:
-            outcome = f"{'->' if t.ok else 'FAILED ->'} {printable(t.result)}"
-        else:
-            outcome = "(the episode ended first)"
-        say(f"{t.answered:10.3f}  decides: {t.text!r}  {outcome}")
-
-
-@command
-def cmd_trace(a: argparse.Namespace) -> int:
-    from collective.views.trace import WARN_AGENTS, WARN_BYTES, agents_in, parse_agents, write_trace
-
-    ep = open_episode(a.episode)
-    keep = parse_agents(a.agents) if a.agents is not None else None
-    default = Path(a.episode).with_suffix(".trace.json")
-    out = check_file(a.out if a.out is not None else default, "--out", [a.episode])
-    tracks = agents_in(ep, keep)
-    if tracks > WARN_AGENTS:
-        say(
-            f"trace: warning: {tracks} agent tracks; viewers slow down past about "
-            f"{WARN_AGENTS:,}: keep fewer with --agents 0-99",
-            file=sys.stderr,
-        )
-    w = write_trace(ep, out, keep, real=a.real, progress=len(ep.events) > 200_000)
-    if w.bytes > WARN_BYTES:
-        say(
-            f"trace: warning: {w.bytes / 2**20:.0f} MB written; chrome://tracing cannot open JSON "
-            f"over about 512 MB and the Perfetto UI loads large JSON slowly: keep fewer agents "
-            f"with --agents",
-            file=sys.stderr,
-        )
-    say(json.dumps(msgspec.structs.asdict(w)))
-    return 0
-
-
-@command
-def cmd_diff(a: argparse.Namespace) -> int:
-    from collective.replay import compare
-
-    x, y = open_episode(a.a), open_episode(a.b)
-    checker = compare(x, y)
-    lines = checker.lines()
-    if not lines:
-        say(f"identical episodes ({len(x.events)} events, {x.stats.turns} turns)")
-        return 0
-    for line in lines:
-        if line.startswith("config "):
-            say(printable(line))
-    d = checker.divergence
-    if d is not None:
-        times = sorted({repr(e.t) for e in (d.expected, d.got) if e is not None})
-        say(f"first divergence at event {d.index} (t={' vs '.join(times)}):")
-        say(f"  {a.a}: " + ("(ended)" if d.expected is None else describe(d.expected, True)))
-        say(f"  {a.b}: " + ("(ended)" if d.got is None else describe(d.got, True)))
-    else:
-        say(f"identical event streams ({len(x.events)} events)")
-    for line in lines:
-        if not line.startswith(("config ", "first divergence at event ")):
-            say(printable(line))
-    return 1
 
 
 # -- training ---------------------------------------------------------------------------------
@@ -640,7 +329,7 @@ def cmd_sft(a: argparse.Namespace) -> int:
 def cmd_plot(a: argparse.Namespace) -> int:
     from collective.rl.plots import plot_run
 
-    if not _have_matplotlib():
+    if not have_matplotlib():
         raise ValueError("plot needs matplotlib: pip install 'collective[plots]'")
     note(f"plot: drawing {a.run}'s metrics into {Path(a.run) / 'plots'}")
 
@@ -687,9 +376,9 @@ def cmd_study(a: argparse.Namespace) -> int:
     from collective.rl.config import ClusterConfig
     from collective.studies.study import ScaleConfig, scale_study
 
-    if not _have_matplotlib():  # checked now: the study draws scale.png after all its runs
+    if not have_matplotlib():  # checked now: the study draws scale.png after all its runs
         raise ValueError("study needs matplotlib for scale.png: pip install 'collective[plots]'")
-    out = check_dir(a.out, "--out", _inputs(a, "out"), writes=("scale.json", "scale.png"))
+    out = check_dir(a.out, "--out", input_paths(a, "out"), writes=("scale.json", "scale.png"))
     cfg = ScaleConfig(
         checkpoint=a.checkpoint,
         world=a.world,
@@ -788,10 +477,10 @@ def cmd_serve_ors(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command and flag, declared once each (over 100 lines: its length is the size of
-    the command line, one declaration after another with no logic between, read as the
-    reference ``--help`` prints)."""
-    p = Parser(prog="collective", description=__doc__)
+    """Every command and flag, declared once each. Long because its length is the size of the
+    command line: one declaration after another with no logic between, read as the reference
+    ``--help`` prints."""
+    p = Parser(prog="collective", description=DESCRIPTION)
     p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -806,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=integer, default=0, help="how many agents may be hired")
     r.add_argument("--clock", choices=["virtual", "hybrid", "real"], default="virtual")
     r.add_argument("--latency", default="h200-8b", help="latency preset")
-    _add_param(r)
+    add_param(r)
     r.add_argument(
         "--max-events",
         type=integer,
@@ -834,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="built-in name, path/to/file.py:Class or package.module:Class (with --config: "
         "the config's world, or which of its [[worlds]])",
     )
-    _add_param(c)
+    add_param(c)
     c.add_argument(
         "--config",
         help="a training config: check the episodes it plays (world, team, time limit, latency, "
@@ -987,7 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="which to run, of trained (the checkpoint), untrained (its network, fresh "
         "weights) and random (default: all three)",
     )
-    _add_param(st)
+    add_param(st)
     st.add_argument(
         "--out",
         default="bench/results/city/study",
@@ -1037,7 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--agents", type=integer, default=1, help="agents a session's world is built for"
     )
     so.add_argument("--tasks", type=integer, default=16, help="world seeds in each split")
-    _add_param(so)
+    add_param(so)
 
     d = sub.add_parser("diff", help="the first divergence between two episodes")
     d.add_argument("a")
@@ -1083,7 +772,3 @@ def run_command(name: str, verbose: int, run: Callable[[], int]) -> int:
         where = f"{e.filename}: " if e.filename else ""
         say(f"collective {name}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
