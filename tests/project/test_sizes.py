@@ -29,7 +29,6 @@ REASON = "Long because"
 #: What exceeds today and is being split, by the file (``path``) or the function
 #: (``path::qualified.name``), with why it is allowed for now.
 KNOWN = {
-    "policy/sglang/client.py": "being split in issue 46",
     "experiments/signs_of_life.py": "being split in issue 46",
     "collective/rl/sft.py::sft": "being split in issue 46",
     "collective/rl/train.py::_train": "being split in issue 46",
