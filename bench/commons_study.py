@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from collective.engine.conductor import run_episodes
 from collective.rl.commons import CommonsStore
-from collective.rl.config import TrainConfig, load_config, mix
+from collective.rl.config import CommonsOn, TrainConfig, load_config, mix
 from collective.rl.rollouts import episode_config
 from collective.studies.intervals import interval_text, paired_contrast, seed_interval
 from experiments.resumable import digest, file_digest, train_digest, train_exact
@@ -63,7 +63,7 @@ def variant(cfg: TrainConfig, seed: int, commons: str) -> TrainConfig:
 def chain(cfg: TrainConfig, policy: Any, batches: int, batch: int) -> dict[str, list[float]]:
     """The held-out chain: ``batches`` batches of ``batch`` episodes, each batch starting from
     the commons the batches before it made (``cfg``'s commons settings, as in training)."""
-    store_cfg = msgspec.structs.replace(cfg, commons="on", groups_per_step=1, lag=0)
+    store_cfg = msgspec.structs.replace(cfg, commons=CommonsOn(), groups_per_step=1, lag=0)
     store = CommonsStore(store_cfg, "library")
     (world,) = mix(cfg)
     out: dict[str, list[float]] = {"score": [], "added": [], "used": []}
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         add(name, measured(name, key, lambda policy=policy: chain(base, policy, batches, batch)))
         bar.update()
     for s in range(seeds):
-        untrained = TinyModel.fresh(configs[("off", s)].model)
+        untrained = TinyModel.fresh(configs[("off", s)].tiny)
         key = digest("untrained", protocol, train_digest(configs[("off", s)]))
         add(
             "untrained",

@@ -40,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.world_mix import _train, held_out, scores
-from collective.rl.config import TrainConfig, mix
+from collective.rl.config import TrainConfig, Turn, mix, read_config
 from collective.rl.rundir import read_metrics
 from collective.studies.intervals import interval_text, paired_contrast, seed_interval
 from experiments.resumable import digest, file_digest, train_digest
@@ -55,21 +55,23 @@ SCHEMES = ("flat", "individual", "turn")
 
 
 def base_config(seed: int) -> TrainConfig:
-    return TrainConfig(
-        world="workshop",
-        params=dict(FINDINGS),  # the signs of life's world (worlds/workshop.py)
-        team_sizes=(4, 8),
-        latency="tiny-paced",
-        time_limit_start=180.0,
-        time_limit_end=180.0,
-        groups_per_step=4,
-        group_size=4,
-        seed=seed,
-        learning_rate=1e-2,
-        max_output_tokens=24,
-        concurrency=16,
-        plots=False,
-        model=TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=256),
+    return read_config(
+        dict(
+            world="workshop",
+            params=dict(FINDINGS),  # the signs of life's world (worlds/workshop.py)
+            team_sizes=(4, 8),
+            latency="tiny-paced",
+            time_limit_start=180.0,
+            time_limit_end=180.0,
+            groups_per_step=4,
+            group_size=4,
+            seed=seed,
+            learning_rate=1e-2,
+            max_output_tokens=24,
+            concurrency=16,
+            plots=False,
+            model=TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=256),
+        )
     )
 
 
@@ -82,8 +84,8 @@ def scheme_config(scheme: str, seed: int, budget: int) -> TrainConfig:
         over = {"advantage": "turn", "fork_turns": 2, "fork_samples": 2}
     cfg = msgspec.convert({**msgspec.to_builtins(base_config(seed)), **over}, TrainConfig)
     rollouts = cfg.groups_per_step * cfg.group_size
-    if cfg.advantage == "turn":  # every rollout's forks
-        rollouts += rollouts * cfg.fork_turns * cfg.fork_samples
+    if isinstance(cfg.advantage, Turn):  # every rollout's forks
+        rollouts += rollouts * cfg.advantage.turns * cfg.advantage.samples
     return msgspec.structs.replace(cfg, steps=max(1, budget // rollouts))
 
 
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in tqdm(range(seeds), desc="untrained", unit="seed"):
         key = digest("untrained", s, msgspec.to_builtins(cfgs))
         if kept.get(f"untrained|{s}", {}).get("digest") != key:
-            model = TinyModel.fresh(configs[("flat", s)].model)
+            model = TinyModel.fresh(configs[("flat", s)].tiny)
             kept[f"untrained|{s}"] = {"digest": key, "scores": scores(cfgs, TinyPolicy(model))}
             measure.write_text(json.dumps(kept) + "\n")
     for r in tqdm(list(configs), desc="measure", unit="run"):

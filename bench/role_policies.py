@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         name = f"seed{s}"
         if kept.get(name, {}).get("digest") != key:
-            fresh = TinyModel.fresh(configs[("roles", s)].model)
+            fresh = TinyModel.fresh(configs[("roles", s)].tiny)
             trained = {r: TinyModel.load(per_role / r / "latest.pt") for r in roles}
 
             def with_trained(*which: str, trained: Any = trained, fresh: Any = fresh) -> Any:

@@ -83,11 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     base = load_config(a.config)
     seeds, instances = (2, 4) if a.quick else (a.seeds, a.instances)
-    if a.quick:
-        base = msgspec.structs.replace(base, steps=4, baseline_episodes=2)
-    if not base.worlds:
+    if base.mix is None:
         print(f"{a.config}: no [[worlds]] tables: this study is about a mix", file=sys.stderr)
         return 2
+    if a.quick:
+        quick = msgspec.structs.replace(base.mix, baseline_episodes=2)
+        base = msgspec.structs.replace(base, steps=4, mix=quick)
     out = a.out or (OUT / "quick" if a.quick else OUT)
     runs = {s: out / "runs" / f"seed{s}" for s in range(seeds)}
     configs = {s: seeded(base, s) for s in runs}
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             if kept.get(name, {}).get("digest") != key:
                 kept[name] = {
                     "digest": key,
-                    "untrained": scores(cfgs, TinyPolicy(TinyModel.fresh(configs[s].model))),
+                    "untrained": scores(cfgs, TinyPolicy(TinyModel.fresh(configs[s].tiny))),
                     "trained": scores(cfgs, TinyPolicy(TinyModel.load(ckpt))),
                 }
                 measure.write_text(json.dumps(kept) + "\n")

@@ -68,7 +68,7 @@ from collective.engine.organisation import make_organisation
 from collective.engine.registry import make_world
 from collective.records import Committed, Delivered, Episode, Posted, Sent
 from collective.records.signs import signs
-from collective.rl.config import TrainConfig
+from collective.rl.config import TrainConfig, read_config
 from collective.rl.train import read_metrics
 from collective.studies.intervals import MISSING, Interval, claim_p, holm, seed_interval
 from collective.studies.study import score_at
@@ -246,22 +246,24 @@ def nopass(req: PolicyRequest) -> str:
 def village_config(steps: int, seed: int = 0) -> TrainConfig:
     """The village: flat teams of 1, 2, 4 and 8 on this world (one block), at the deployment's
     limit, the model of configs/village.toml."""
-    return TrainConfig(
-        world=WORLD,
-        org="flat",
-        team_sizes=(1, 2, 4, 8),
-        steps=steps,
-        groups_per_step=5,
-        group_size=4,
-        seed=seed,
-        time_limit_start=HORIZON,
-        time_limit_end=HORIZON,
-        learning_rate=1e-2,
-        std_normalise=True,
-        max_output_tokens=24,
-        concurrency=20,
-        plots=False,
-        model=TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=128),
+    return read_config(
+        dict(
+            world=WORLD,
+            org="flat",
+            team_sizes=(1, 2, 4, 8),
+            steps=steps,
+            groups_per_step=5,
+            group_size=4,
+            seed=seed,
+            time_limit_start=HORIZON,
+            time_limit_end=HORIZON,
+            learning_rate=1e-2,
+            std_normalise=True,
+            max_output_tokens=24,
+            concurrency=20,
+            plots=False,
+            model=TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, context=128),
+        )
     )
 
 

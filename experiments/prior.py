@@ -22,7 +22,7 @@ import torch
 from collective import EpisodeConfig, latency_preset, run_episodes
 from collective.records import Episode, save_episode
 from collective.records.signs import signs
-from collective.rl.config import TrainConfig
+from collective.rl.config import TrainConfig, read_config
 from collective.rl.sft import Epoch, SFTConfig, sft
 from experiments.setting import EVAL_T, LATENCY, MODEL, WORLD
 from policy import tokenizer
@@ -67,7 +67,9 @@ def scripted_episodes(n: int, out: Path) -> list[Path]:
 
 def train_config() -> TrainConfig:
     """The model the study trains (its shape, its answer length): what the prior must be."""
-    return TrainConfig(world="workshop", params=dict(WORLD), model=MODEL, max_output_tokens=24)
+    return read_config(
+        dict(world="workshop", params=dict(WORLD), model=MODEL, max_output_tokens=24)
+    )
 
 
 def teach_probability(model: TinyModel, eps: list[Episode]) -> list[float]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from collective.rl.config import COMMONS_ONLY, MIX_ONLY, TURN_ONLY, TrainConfig, load_config
+from collective.rl.config import TrainConfig, flat_fields, load_config
 from collective.rl.rundir import read_run_file
 from collective.rl.train import read_metrics, train
 
@@ -42,22 +42,22 @@ def digest(*parts: Any) -> str:
 
 
 def train_digest(cfg: TrainConfig) -> str:
-    """The digest of a training run: its full resolved config, every field it reads (the
-    turn-credit settings only under ``advantage = "turn"``: :data:`TURN_ONLY`; the mix's only
-    with ``[[worlds]]``: :data:`MIX_ONLY`), so a run made before those settings existed keeps
-    its digest; ``role_policies`` and the commons' settings only when on; ``top_p`` only below
-    1)."""
-    fields = msgspec.to_builtins(cfg)
-    if cfg.top_p == 1.0:
+    """The digest of a training run: its full resolved config in the flat form (``flat_fields``,
+    whichever form it was written in), every field it reads (the turn-credit settings only under
+    ``advantage = "turn"``; the mix's only with a mix), so a run made before those settings
+    existed keeps its digest; ``role_policies`` and the commons' settings only when on;
+    ``top_p`` only below 1)."""
+    fields = flat_fields(cfg)
+    if fields["top_p"] == 1.0:
         fields.pop("top_p")
     if not cfg.role_policies:
         fields.pop("role_policies")
-    if cfg.commons == "off":
-        fields = {k: v for k, v in fields.items() if k not in (*COMMONS_ONLY, "commons")}
-    if cfg.advantage != "turn":
-        fields = {k: v for k, v in fields.items() if k not in TURN_ONLY}
-    if not cfg.worlds:
-        fields = {k: v for k, v in fields.items() if k not in (*MIX_ONLY, "worlds")}
+    if cfg.commons.kind == "off":
+        fields = {k: v for k, v in fields.items() if not k.startswith("commons")}
+    if cfg.advantage.kind != "turn":
+        fields = {k: v for k, v in fields.items() if not k.startswith("fork_")}
+    if cfg.mix is None:
+        fields = {k: v for k, v in fields.items() if k not in MIX_ONLY}
     if cfg.resample == 0:
         fields.pop("resample")
     if cfg.kl_coef == 0 or cfg.kl_estimator == "k3":
@@ -65,6 +65,10 @@ def train_digest(cfg: TrainConfig) -> str:
     if cfg.init:  # the starting weights by their bytes, wherever the checkout puts them
         fields["init"] = file_digest(Path(cfg.init))
     return digest("train", fields)
+
+
+#: The flat settings only a mix reads, out of the digest of a run that is none.
+MIX_ONLY = ("world_normalise", "baseline_episodes", "worlds")
 
 
 def file_digest(path: Path) -> str:

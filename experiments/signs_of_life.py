@@ -112,7 +112,7 @@ from collective.base.outputs import write_file
 from collective.records import load_episode
 from collective.records.signs import signs
 from collective.rl.rundir import read_run_file, snapshot_name, snapshot_step
-from collective.rl.train import TrainConfig, bucket, load_config, read_metrics
+from collective.rl.train import TrainConfig, bucket, load_config, read_config, read_metrics
 from collective.studies.intervals import (
     Interval,
     bootstrap,
@@ -257,7 +257,7 @@ def train_one(out: Path, fields: dict[str, Any], name: str, seed: int) -> Path:
     re-used only when its config digest (the full resolved config) matches, resumed when it
     matches but stopped midway, and trained afresh when it differs
     (:mod:`experiments.resumable`)."""
-    cfg = TrainConfig(**{**fields, "seed": seed})
+    cfg = read_config({**fields, "seed": seed})
     run = out / "runs" / f"{name}-s{seed}"
     t1 = time.perf_counter()
     what = train_exact(cfg, run, log=lambda s: print(s, flush=True))
@@ -356,8 +356,8 @@ def episode(
     hiring up to team - 1; a flat, orchestrated or islands team of ``team`` otherwise)."""
     agents, budget = (1, team - 1) if cfg.org == "ceo" else (team, 0)
     return EpisodeConfig(
-        world=cfg.world,
-        params=dict(cfg.params),
+        world=cfg.worlds[0].world,
+        params=dict(cfg.worlds[0].params),
         org=cfg.org,
         agents=agents,
         world_agents=(task or team) if cfg.org in ("ceo", "flat") else 0,
@@ -375,7 +375,7 @@ def policies(run: Path, kind: str) -> Any:
     """A kind's policy for ``run``: ``untrained`` is the run's starting weights (the prior, or
     fresh ones), its step-0 baseline."""
     cfg = load_config(run / "config.toml")
-    start = TinyModel.load(cfg.init) if cfg.init else TinyModel.fresh(cfg.model)
+    start = TinyModel.load(cfg.init) if cfg.init else TinyModel.fresh(cfg.tiny)
     untrained = TinyPolicy(start)
     if kind == "random":
         return RandomPolicy()
@@ -415,9 +415,11 @@ def evaluate(runs: list[Path], kind: str, n: int, limit: float) -> dict[str, np.
     got: dict[str, list[np.ndarray]] = {}
     for run in runs:
         b = heldout_base(run)
-        cfgs = [episode(cfg, t, i, limit, base=b) for t in cfg.team_sizes for i in range(n)]
+        cfgs = [
+            episode(cfg, t, i, limit, base=b) for t in cfg.worlds[0].team_sizes for i in range(n)
+        ]
         eps = play(cfgs, run, kind)
-        shape = (len(cfg.team_sizes), n)
+        shape = (len(cfg.worlds[0].team_sizes), n)
         sg = [signs(e) for e in eps]
         for key, vals in (
             ("score", [e.score for e in eps]),
@@ -1220,7 +1222,7 @@ def check_sizes(p: Parser, a: argparse.Namespace, specs: dict[str, dict[str, Any
         p.error(f"--instances {a.instances}: at most {MAX_INSTANCES:,}")
     for name, fields in specs.items():
         try:
-            TrainConfig(**{**fields, "seed": max(0, (a.seeds or 1) - 1)})
+            read_config({**fields, "seed": max(0, (a.seeds or 1) - 1)})
         except (ValueError, TypeError) as e:
             p.error(f"variant {name}: {e}")
 
@@ -1294,7 +1296,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, fields in specs.items():
             done = []
             for s in seeds:
-                run, cfg = a.out / "runs" / f"{name}-s{s}", TrainConfig(**{**fields, "seed": s})
+                run, cfg = a.out / "runs" / f"{name}-s{s}", read_config({**fields, "seed": s})
                 if run_digest(run) == train_digest(cfg) and is_complete(run, cfg):
                     done.append(run)  # finished with exactly this config
             if done:
@@ -1308,7 +1310,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     t_train = time.perf_counter() - t0
     main_cfg = load_config(runs["main"][0] / "config.toml")
-    teams = main_cfg.team_sizes
+    teams = main_cfg.worlds[0].team_sizes
 
     got = measure_all(a.out, runs, n, a.jobs)
     heldout: dict[str, dict[str, dict[str, Interval]]] = {}

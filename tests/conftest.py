@@ -77,6 +77,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def sglang_train_config() -> Callable[..., Any]:
     """A short RLCR run of a Hugging Face model served by SGLang servers (the stand-ins of
     ``tests/support/sglang_fake.py``), on tally: ``(model directory, server URLs, **more)``."""
+    from collective.rl.config import read_config
     from collective.rl.train import TrainConfig  # here, not above: torch after the worker's setup
 
     def config(model: Path | str, urls: Sequence[str], **more: Any) -> TrainConfig:
@@ -96,6 +97,6 @@ def sglang_train_config() -> Callable[..., Any]:
             concurrency=2,
             plots=False,
         )
-        return TrainConfig(**{**fields, **more})
+        return read_config({**fields, **more})
 
     return config

@@ -225,8 +225,8 @@ def _check_policy(a: argparse.Namespace, like: EpisodeConfig | None) -> tuple[An
     from collective.rl.config import load_config
 
     cfg = load_config(a.config)
-    if cfg.backend == "hf":
-        return make_policy(f"hf:{cfg.hf_model}"), f"team of hf:{cfg.hf_model}"
+    if cfg.model.kind == "hf":
+        return make_policy(f"hf:{cfg.hf.path}"), f"team of hf:{cfg.hf.path}"
     from collective.rl.backend import TinyBackend
 
     backend = TinyBackend(cfg)
@@ -317,7 +317,7 @@ def cmd_sft(a: argparse.Namespace) -> int:
                 "train_loss": round(last.train_loss, 4),
                 "heldout_loss": None if last.heldout_loss is None else round(last.heldout_loss, 4),
                 "init": str(
-                    Path(a.out) / ("latest.pt" if train_cfg.backend == "tiny" else "latest")
+                    Path(a.out) / ("latest.pt" if train_cfg.model.kind == "tiny" else "latest")
                 ),
             }
         )

@@ -119,7 +119,7 @@ class Backend(LearnerSide, ServingSide, Protocol):
 def make_backend(cfg: TrainConfig, run_dir: Path) -> Backend:
     if cfg.role_policies:  # a tiny model a role (collective/rl/roles.py)
         return RoleBackend(cfg)
-    if cfg.backend == "tiny":
+    if cfg.model.kind == "tiny":
         return TinyBackend(cfg)
     return HFBackend(cfg, run_dir)
 
@@ -167,7 +167,7 @@ class TinyBackend:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
-        self.net_config = cfg.model  # replaced by the checkpoint's when training starts from one
+        self.net_config = cfg.tiny  # replaced by the checkpoint's when training starts from one
         self.serving: VersionedPolicy | None = None
 
     # -- the learner's side --------------------------------------------------------------------
@@ -263,13 +263,13 @@ class HFBackend:
         from policy.hf.model import placement
 
         checks = [
-            (bool(cfg.hf_model), "backend = 'hf' needs hf_model (a local model directory)"),
+            (bool(cfg.hf.path), "model.kind = 'hf' needs model.path (a local model directory)"),
             (
-                not cfg.hf_server or cfg.hf_server.startswith("sglang:"),
-                f"hf_server must be '' (in-process) or 'sglang:...', got {cfg.hf_server!r}",
+                not cfg.hf.server or cfg.hf.server.startswith("sglang:"),
+                f"model.server must be '' (in-process) or 'sglang:...', got {cfg.hf.server!r}",
             ),
             (
-                not cfg.hf_server or cfg.top_p == 1.0,
+                not cfg.hf.server or cfg.top_p == 1.0,
                 f"top_p = {cfg.top_p} is sampled in-process only (hf_server = ''): the SGLang "
                 "client samples with top_p = 1",
             ),
@@ -277,7 +277,7 @@ class HFBackend:
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"train config: {msg}")
-        if cfg.hf_server:  # its syntax now, not once the progress bar has started
+        if cfg.hf.server:  # its syntax now, not once the progress bar has started
             from policy.sglang.spec import parse_spec
 
             try:
@@ -285,11 +285,11 @@ class HFBackend:
             except ValueError as e:
                 raise ValueError(f"train config: hf_server: {e}") from None
         try:
-            self.device, _ = placement(cfg.device, cfg.dtype)
+            self.device, _ = placement(cfg.hf.device, cfg.hf.dtype)
         except ValueError as e:
             raise ValueError(f"train config: {e}") from None
         self.cfg = cfg
-        self.pinned = not cfg.hf_server
+        self.pinned = not cfg.hf.server
         self.weights_dir = run_dir / "checkpoints" / "served"
         self.local: VersionedPolicy | None = None  # hf_server = "": the in-process copies
         self.fleet: SGLangPolicy | None = None  # hf_server = "sglang:...": the fleet's client
@@ -301,20 +301,20 @@ class HFBackend:
         return HFModel.load(
             path,
             device=self.device.type,
-            dtype=cfg.dtype,
-            lora_rank=cfg.lora_rank,
-            lora_alpha=cfg.lora_alpha,
-            gradient_checkpointing=cfg.gradient_checkpointing,
-            batch_size=cfg.hf_batch,
-            logit_chunk=cfg.logit_chunk,
+            dtype=cfg.hf.dtype,
+            lora_rank=cfg.hf.lora_rank,
+            lora_alpha=cfg.hf.lora_alpha,
+            gradient_checkpointing=cfg.hf.gradient_checkpointing,
+            batch_size=cfg.hf.batch,
+            logit_chunk=cfg.hf.logit_chunk,
         )
 
     def fresh(self) -> TrainableModel:
         """The model of ``hf_model``; built first (``collective make-model``, seed 0) when
         ``hf_build`` names a recipe and the directory is absent."""
-        path = Path(self.cfg.hf_model)
-        if self.cfg.hf_build and not path.exists():
-            build_model(self.cfg.hf_build, path)
+        path = Path(self.cfg.hf.path)
+        if self.cfg.hf.build and not path.exists():
+            build_model(self.cfg.hf.build, path)
         return self._load(path)
 
     def load(self, path: str | Path) -> TrainableModel:
@@ -364,7 +364,7 @@ class HFBackend:
         return HFPolicy(model.copy(weights, version), name=f"hf (training, v{version})")
 
     def frozen(self, model: Any) -> Policy:
-        if self.cfg.hf_server:
+        if self.cfg.hf.server:
             raise ValueError(
                 "train config: the orchestrator organisation needs a frozen policy beside the "
                 "trained one, and an SGLang server serves one model; use hf_server = '' (the "
@@ -375,7 +375,7 @@ class HFBackend:
         return HFPolicy(model.copy(), name="hf (frozen initial weights)")
 
     async def serve(self, model: Any, kept: dict[int, Weights]) -> Policy:
-        if not self.cfg.hf_server:  # in-process: one frozen copy per version still in use
+        if not self.cfg.hf.server:  # in-process: one frozen copy per version still in use
             self.local = VersionedPolicy("hf (training)")
             for v, weights in sorted(kept.items()):
                 self.local.publish(v, self.policy_for(model, weights, v), keep=self.cfg.lag)
@@ -389,9 +389,9 @@ class HFBackend:
 
     @staticmethod
     def _server_spec(cfg: TrainConfig) -> str:
-        spec = cfg.hf_server
+        spec = cfg.hf.server
         if spec == "sglang:launch" or spec.startswith("sglang:launch "):  # serve hf_model
-            spec = f"sglang:launch:{cfg.hf_model}{spec.removeprefix('sglang:launch')}"
+            spec = f"sglang:launch:{cfg.hf.path}{spec.removeprefix('sglang:launch')}"
         return spec
 
     async def publish(self, model: Any, version: int, weights: Weights) -> None:

@@ -2,7 +2,7 @@
 
 Worlds score on their own scales (a tally's 0..1 is not a workshop's), so a run over a mix of
 worlds (``[[worlds]]``) cannot read progress off one mean return. Before its first step such a
-run plays ``baseline_episodes`` held-out episodes a world with the random policy and with the
+run plays ``mix.baseline_episodes`` held-out episodes a world with the random policy and with the
 untrained weights (the run's version 0), through the same protocol as training; each step then
 reports, per world and averaged over the worlds it drew,
 
@@ -33,7 +33,7 @@ from collective.base.seeding import derive
 from collective.engine.conductor import run_episodes
 from collective.engine.limits import EPISODE_AGENT_BYTES, check_fits, human
 from collective.records import EpisodeConfig
-from collective.rl.config import TrainConfig, mix, time_limit_at
+from collective.rl.config import Mix, TrainConfig, mix, time_limit_at
 from collective.rl.rollouts import episode_config
 from collective.rl.rundir import read_run_file
 from policy.uniform import RandomPolicy
@@ -88,9 +88,10 @@ class Baselines(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def baseline_configs(cfg: TrainConfig) -> dict[str, list[EpisodeConfig]]:
-    """Each world's baseline episodes: ``baseline_episodes`` instances, its team sizes cycled, at
-    its step-0 time limit, seeded apart from every training group."""
+    """Each world's baseline episodes: ``mix.baseline_episodes`` instances, its team sizes
+    cycled, at its step-0 time limit, seeded apart from every training group."""
     out: dict[str, list[EpisodeConfig]] = {}
+    episodes = (cfg.mix or Mix()).baseline_episodes
     for w_index, w in enumerate(mix(cfg)):
         out[w.label] = [
             episode_config(
@@ -102,20 +103,20 @@ def baseline_configs(cfg: TrainConfig) -> dict[str, list[EpisodeConfig]]:
                 time_limit=time_limit_at(cfg, 0, w),
                 version=0,
             )
-            for k in range(cfg.baseline_episodes)
+            for k in range(episodes)
         ]
     return out
 
 
 def check_baselines(cfg: TrainConfig) -> None:
     """ValueError (one line) if the baseline episodes cannot be held: each policy's are kept
-    whole until scored, ``baseline_episodes`` a world of the mix, at most its largest team
+    whole until scored, ``mix.baseline_episodes`` a world of the mix, at most its largest team
     each; checked as a total before any config is built."""
     teams = [max(w.team_sizes) for w in mix(cfg)]
-    kept = cfg.baseline_episodes * sum(teams)  # agents in the kept episodes, at most
+    episodes = (cfg.mix or Mix()).baseline_episodes
+    kept = episodes * sum(teams)  # agents in the kept episodes, at most
     check_fits(
-        f"baselines: {cfg.baseline_episodes * len(teams):,} episodes kept "
-        f"({cfg.baseline_episodes:,} a world)",
+        f"baselines: {episodes * len(teams):,} episodes kept ({episodes:,} a world)",
         {f"their agents at {human(EPISODE_AGENT_BYTES)} each": kept * EPISODE_AGENT_BYTES},
     )
 

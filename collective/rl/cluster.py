@@ -66,7 +66,7 @@ Fleet = tuple[dict[str, Any], int, str | None]
 
 def uses_fleet(cfg: TrainConfig) -> bool:
     """Rollouts are sampled by an SGLang fleet (``hf_server = "sglang:..."``)."""
-    return cfg.backend == "hf" and bool(cfg.hf_server)
+    return cfg.model.kind == "hf" and bool(cfg.hf.server)
 
 
 def import_ray() -> Any:
@@ -163,7 +163,7 @@ class RolloutWorker:
         self.backend: Backend | None = None if uses_fleet(cfg) else make_backend(cfg, _nowhere())
         self.base: TrainableModel | None = None  # the starting model: every served copy's base
         self.frozen: Policy | None = None
-        self.serving = VersionedPolicy(f"{cfg.backend} (training)")
+        self.serving = VersionedPolicy(f"{cfg.model.kind} (training)")
         self.fleet: Any = None  # (an SGLang fleet) this worker's client of it, a follower
 
     def check(self) -> str:
@@ -251,7 +251,7 @@ class RayRollouts(Rollouts):
     def __init__(self, args: RolloutArgs) -> None:
         super().__init__(args)
         cfg, first_step = self.cfg, self.first_step
-        if uses_fleet(cfg) and cfg.cluster.address and cfg.hf_server.startswith("sglang:launch"):
+        if uses_fleet(cfg) and cfg.cluster.address and cfg.hf.server.startswith("sglang:launch"):
             raise ValueError(
                 "hf_server = 'sglang:launch...' starts SGLang on this machine's loopback, which "
                 "the Ray cluster's other nodes cannot reach; start the servers on the GPU nodes "

@@ -7,7 +7,7 @@ and add to it from its tools (``World.contribute``, recorded in the episode as a
 
 - **Versions.** The commons an episode pinned to policy version v starts from is version v: the
   entries contributed by the episodes of steps 0..v-1, merged after each step in (group,
-  member, event) order, a repeated entry once, at most ``commons_size`` kept (the oldest go).
+  member, event) order, a repeated entry once, at most ``commons.size`` kept (the oldest go).
   It reaches the world as its commons parameter (a ``collective.world.Commons``: version and
   entries), so it is in the episode's record: replay and fork start from the same commons, and
   a run stays a function of its config.
@@ -45,7 +45,7 @@ from collective.base.seeding import derive
 from collective.engine.conductor import Conductor
 from collective.records import Episode, EpisodeConfig
 from collective.records.schema import Happened
-from collective.rl.config import TrainConfig
+from collective.rl.config import CommonsCredit, CommonsOn, TrainConfig
 from collective.rl.forks import trained_turn
 from collective.rl.learner import Sample
 from collective.world.world import COMMONS_EVENT, Commons
@@ -93,6 +93,8 @@ class CommonsStore:
 
     def __init__(self, cfg: TrainConfig, param: str, entries: Sequence[Entry] = ()) -> None:
         self.cfg = cfg
+        assert isinstance(cfg.commons, CommonsOn | CommonsCredit), "a store needs a commons"
+        self.size = cfg.commons.size
         self.param = param  # the world's constructor parameter that receives the commons
         self.entries = list(entries)
 
@@ -136,7 +138,7 @@ class CommonsStore:
                     )
                     added += 1
         live = [e for e in self.entries if e.dropped < 0]
-        for e in live[: max(0, len(live) - self.cfg.commons_size)]:  # the oldest go
+        for e in live[: max(0, len(live) - self.size)]:  # the oldest go
             self.entries[self.entries.index(e)] = msgspec.structs.replace(e, dropped=version)
         keep_from = version - self.cfg.lag  # the oldest version still asked for
         self.entries = [e for e in self.entries if not 0 <= e.dropped <= keep_from]
@@ -161,15 +163,15 @@ def step_commons(
     samples: list[Sample] = []
     credits: list[float] = []
     reruns = 0
-    if cfg.commons == "credit":
+    if isinstance(cfg.commons, CommonsCredit):
         rng = random.Random(derive(cfg.seed, CREDIT_DRAW, step))
         eligible = [e for e in held if e.turn >= 0]  # (a maker turn to pay)
-        chosen = rng.sample(eligible, min(cfg.commons_credit_entries, len(eligible)))
+        chosen = rng.sample(eligible, min(cfg.commons.entries, len(eligible)))
         for entry in chosen:
-            which = rng.sample(range(len(flat)), min(cfg.commons_credit_reruns, len(flat)))
+            which = rng.sample(range(len(flat)), min(cfg.commons.reruns, len(flat)))
             delta = _rerun_delta([flat[k] for k in which], store, entry.text, policy_of)
             reruns += len(which)
-            value = cfg.commons_discount ** (step - entry.step) * delta
+            value = cfg.commons.discount ** (step - entry.step) * delta
             credits.append(value)
             ep = maker(entry.group, entry.member)
             if ep is None:

@@ -4,10 +4,24 @@ A run is a function of its config (and the code): ``load_config`` reads TOML wit
 overrides and validates it once, here, at the boundary; ``dump_config`` writes every field back
 out, so the run directory's ``config.toml`` alone reproduces the run. ``time_limit_at`` is the
 latency-pressure schedule, a function of the config and the step only.
+
+The config is a tree. Where a choice brings settings of its own it is a tagged union, a table
+whose ``kind`` picks the branch: ``[advantage]`` (collective | individual | turn), ``[commons]``
+(off | on | credit), ``[model]`` (tiny | hf). A branch holds only the settings it reads, so a
+setting that would do nothing cannot be written: msgspec refuses it where the file is read.
+``worlds`` is always a list (one world is one ``[[worlds]]`` entry); a ``[mix]`` table (implied
+by more than one world) measures the run as a mix, world by world.
+
+The flat form, one key a setting (``fork_turns``, ``commons_size``, ``backend``, a top-level
+``world``), is read too: ``tree`` turns it into the tree, so every config file and run directory
+in that form loads as it always has, and ``--set`` takes both its names and dotted paths. It is
+also the form a run's record is kept in (``config_fields``, ``config_digest``), so a run's
+digest is the same whichever form its config was written in.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -20,6 +34,76 @@ import msgspec
 
 from collective.base.seeding import derive
 from policy.tiny.model import TinyConfig
+
+
+class Domain(NamedTuple):
+    """What values a config field may take: ``holds(value)``, and how an error says it."""
+
+    holds: Callable[[Any], bool]
+    says: str
+
+
+def _at_least(n: int) -> Domain:
+    # (the upper bound: config.toml is TOML, whose integers are 64-bit)
+    return Domain(lambda x: n <= x < 2**63, f">= {n} (a 64-bit integer)")
+
+
+FINITE_POSITIVE = Domain(lambda x: 0 < x < math.inf, "finite and > 0")  # (nan is neither)
+FINITE_NON_NEGATIVE = Domain(lambda x: 0 <= x < math.inf, "finite and >= 0")
+
+
+# The domain of every number in the tree, by its dotted path (Literal and bool fields have theirs
+# in their type; STRINGS says what checks each string, and when).
+DOMAINS: dict[str, Domain] = {
+    "worlds.team_sizes": Domain(
+        lambda t: bool(t) and min(t) >= 1 and max(t) < 2**63, ">= 1 (at least one size)"
+    ),
+    "worlds.weight": Domain(lambda x: 0 <= x < math.inf, "finite and >= 0"),
+    "worlds.time_limit_start": FINITE_POSITIVE,
+    "worlds.time_limit_end": FINITE_POSITIVE,
+    "mix.baseline_episodes": _at_least(1),
+    "steps": _at_least(1),
+    "groups_per_step": _at_least(1),
+    "group_size": Domain(lambda x: 2 <= x < 2**63, ">= 2 (a group baseline needs two)"),
+    "seed": Domain(lambda x: 0 <= x < 2**64, "in 0..2**64-1"),
+    "resample": _at_least(0),
+    "latency_penalty": FINITE_NON_NEGATIVE,
+    "advantage.turns": _at_least(1),
+    "advantage.samples": _at_least(1),
+    "advantage.horizon": FINITE_NON_NEGATIVE,
+    "commons.size": _at_least(1),
+    "commons.entries": _at_least(1),
+    "commons.reruns": _at_least(1),
+    "commons.discount": Domain(lambda x: 0 <= x <= 1, "in [0, 1]"),
+    "learning_rate": FINITE_POSITIVE,
+    "clip": Domain(lambda x: 0 < x < 1, "in (0, 1)"),
+    "normaliser": FINITE_POSITIVE,
+    "entropy_coef": FINITE_NON_NEGATIVE,
+    "kl_coef": FINITE_NON_NEGATIVE,
+    "max_grad_norm": FINITE_POSITIVE,
+    "chunk": _at_least(1),
+    "weight_decay": FINITE_NON_NEGATIVE,
+    "lag": _at_least(0),
+    "max_staleness": _at_least(0),
+    "concurrency": _at_least(1),
+    "channel_capacity": _at_least(1),
+    "model.lora_rank": _at_least(0),
+    "model.lora_alpha": FINITE_POSITIVE,
+    "model.logit_chunk": _at_least(1),
+    "model.batch": _at_least(1),
+    "model.top_p": Domain(lambda x: 0 < x <= 1, "in (0, 1]"),
+    "temperature": FINITE_POSITIVE,
+    "max_output_tokens": _at_least(1),
+    "snapshot_every": _at_least(1),
+}
+
+
+def _check(struct: msgspec.Struct, where: str) -> None:
+    """Each of ``struct``'s numbers against its domain (``DOMAINS[where + name]``)."""
+    for name in struct.__struct_fields__:
+        domain = DOMAINS.get(f"{where}{name}")
+        if domain is not None and not domain.holds(value := getattr(struct, name)):
+            raise ValueError(f"train config: {where}{name} must be {domain.says}, not {value!r}")
 
 
 class ClusterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -47,30 +131,153 @@ Schedule = Literal["constant", "linear", "geometric"]
 
 
 class WorldEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One world of a mix (a ``[[worlds]]`` table): the task, its team sizes, its share of the
-    groups and its own time-limit schedule (time scales differ between tasks). A config without
-    ``[[worlds]]`` is the mix of one entry made of its top-level fields (``mix``)."""
+    """One world of the run (a ``[[worlds]]`` table): the task, its team sizes, its share of the
+    groups and its own time-limit schedule (time scales differ between tasks)."""
 
     world: str
     name: str = ""  # the label metrics.jsonl reports it under; "" = the world's own name
     params: dict[str, Any] = {}
-    team_sizes: tuple[int, ...] = (1, 2, 4, 8)  # cycled over this world's groups
+    team_sizes: tuple[int, ...] = (1, 2, 4, 8)  # cycled over this world's groups; ceo: + hires
     weight: float = 1.0  # its share of the groups: each group draws a world by weight
     time_limit: Schedule = "constant"
-    time_limit_start: float = 600.0
-    time_limit_end: float = 600.0
+    time_limit_start: float = 600.0  # T_max at step 0, simulated seconds
+    time_limit_end: float = 600.0  # T_max at the last step
+
+    def __post_init__(self) -> None:
+        if not self.world:
+            raise ValueError("train config: worlds: world must name a world")
+        try:
+            _check(self, "worlds.")
+        except ValueError as e:
+            raise ValueError(str(e).replace("worlds.", f"worlds ({self.label}): ", 1)) from None
 
     @property
     def label(self) -> str:
         return self.name or self.world
 
 
+class Mix(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A run measured as a mix of worlds (``[mix]``): each world's metrics, and its random and
+    untrained baselines measured at the start (``collective/rl/baselines.py``)."""
+
+    normalise: bool = False  # divide A by the std of returns of the group's world's step
+    baseline_episodes: int = 4  # random and untrained episodes a world, at the start
+
+    def __post_init__(self) -> None:
+        _check(self, "mix.")
+
+
+class _Kind(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="kind"):
+    """A branch of a tagged union: ``kind`` (its tag, as the TOML table gives it)."""
+
+    @property
+    def kind(self) -> str:
+        return str(self.__struct_config__.tag)
+
+
+# -- advantage: how a rollout's return becomes each turn's advantage (collective/rl/credit.py) --
+class Collective(_Kind, tag="collective"):
+    """One flat advantage a rollout: every trained turn of it gets ``A_i``."""
+
+
+class Individual(_Kind, tag="individual"):
+    """Leave-one-out credit per agent: each agent's turns get what the episode scored without
+    it subtracted (re-runs with the agent idle)."""
+
+
+class Turn(_Kind, tag="turn"):
+    """Forked turns' own credit (collective/rl/forks.py); the rest keep ``A_i``."""
+
+    turns: int = 2  # turns forked per rollout
+    samples: int = 2  # forks per forked turn: the Monte Carlo samples of its state's value
+    horizon: float = 0.0  # seconds after a fork its return is read at; 0: the end
+
+    def __post_init__(self) -> None:
+        _check(self, "advantage.")
+
+
+Advantage = Collective | Individual | Turn
+
+
+# -- a commons: goods that outlive an episode (collective/rl/commons.py) -----------------------
+class CommonsOff(_Kind, tag="off"):
+    """The world plays without one."""
+
+
+class CommonsOn(_Kind, tag="on"):
+    """What episodes contribute is there for the episodes that start later."""
+
+    size: int = 6  # entries kept (the oldest go)
+
+    def __post_init__(self) -> None:
+        _check(self, "commons.")
+
+
+class CommonsCredit(_Kind, tag="credit"):
+    """A commons, and the turns that made an entry credited with its measured value to later
+    episodes (re-runs without it)."""
+
+    size: int = 6  # entries kept (the oldest go)
+    entries: int = 2  # entries whose value is measured a step
+    reruns: int = 2  # episodes re-run without each of them
+    discount: float = 0.9  # per step between a contribution and its use
+
+    def __post_init__(self) -> None:
+        _check(self, "commons.")
+
+
+Commons = CommonsOff | CommonsOn | CommonsCredit
+
+
+# -- the policy ---------------------------------------------------------------------------------
+class Tiny(_Kind, tag="tiny"):
+    """The tiny byte-level transformer (policy/tiny), trained on the CPU; its fresh weights are
+    a function of the run's ``seed``."""
+
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4  # query heads; keys and values have one head of d_model / n_heads
+    d_ff: int = 128
+    context: int = 128  # tokens (bytes) of prompt plus output the network can see
+
+    def __post_init__(self) -> None:
+        self.shape(0)  # (TinyConfig checks the shape)
+
+    def shape(self, seed: int) -> TinyConfig:
+        """The network this branch describes, with fresh weights of ``seed``."""
+        fields = {name: getattr(self, name) for name in self.__struct_fields__}
+        return TinyConfig(**fields, seed=seed)
+
+
+class HF(_Kind, tag="hf"):
+    """A Hugging Face causal LM (policy/hf/model.py), sampled in this process or by SGLang."""
+
+    path: str = ""  # a local model directory to start from
+    build: Literal["", "tiny-lm", "smollm2-135m"] = ""  # build it thus (make-model) if absent
+    server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when torch sees a GPU
+    dtype: Literal["float32", "bfloat16"] = "float32"  # exact ratios are claimed in float32
+    lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft), not every weight
+    lora_alpha: float = 16.0
+    gradient_checkpointing: bool = False  # recompute layer activations in backward
+    logit_chunk: int = 256  # output positions whose [chunk, vocab] logits exist at once
+    batch: int = 8  # sequences per learner forward pass
+    top_p: float = 1.0  # in-process: nucleus sampling (1.0: none)
+
+    def __post_init__(self) -> None:
+        _check(self, "model.")
+
+
+Model = Tiny | HF
+
+
 class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # -- the task ---------------------------------------------------------------------------
-    world: str = "workshop"
-    params: dict[str, Any] = {}
+    # Each group draws its world by weight from a stream seeded by (seed, group), so a run
+    # stays a function of its config; the advantage stays per group (one task instance).
+    worlds: tuple[WorldEntry, ...] = (WorldEntry(world="workshop"),)
+    mix: Mix | None = None  # [mix]: measured as a mix of worlds (implied by more than one)
     org: str = "flat"
-    team_sizes: tuple[int, ...] = (1, 2, 4, 8)  # cycled over groups; for `ceo`, the CEO plus hires
     latency: str = "tiny"  # the simulated deployment's latency preset
     # -- groups and steps -------------------------------------------------------------------
     steps: int = 200
@@ -81,35 +288,11 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # no signal (every advantage 0), so it is dropped and a fresh group of the same step drawn
     # in its place, up to this many a step; 0 = off. Counted in metrics.jsonl either way.
     resample: int = 0
-    # -- many worlds in one run (``[[worlds]]`` tables: ``WorldEntry``) ------------------------
-    # Given, they replace world, params, team_sizes and the time-limit schedule: each group
-    # draws its world by weight from a stream seeded by (seed, group), so a run stays a function
-    # of its config; the advantage stays per group (one task instance).
-    worlds: tuple[WorldEntry, ...] = ()
-    world_normalise: bool = False  # divide A by the std of returns of the group's world's step
-    baseline_episodes: int = 4  # [[worlds]]: random and untrained episodes a world, at start
-    # -- latency pressure -------------------------------------------------------------------
-    time_limit: Schedule = "constant"
-    time_limit_start: float = 600.0  # T_max at step 0, simulated seconds
-    time_limit_end: float = 600.0  # T_max at the last step
     latency_penalty: float = 0.0  # beta in R = R_task - beta * pbar(q) * T / T_max; 0 = off
     # -- advantage --------------------------------------------------------------------------
-    # collective: one flat advantage a rollout; individual: leave-one-out credit per agent
-    # (collective/rl/credit.py); turn: forked turns' own credit (collective/rl/forks.py)
-    advantage: Literal["collective", "individual", "turn"] = "collective"
+    advantage: Advantage = msgspec.field(default_factory=Collective)
     std_normalise: bool = False  # divide A by the group's std of returns
-    fork_turns: int = 2  # advantage = "turn": turns forked per rollout (the rest keep A_i)
-    fork_samples: int = 2  # forks per forked turn: the Monte Carlo samples of its state's value
-    fork_horizon: float = 0.0  # seconds after a fork its return is read at; 0: the end
-    # -- a commons: goods that outlive an episode (collective/rl/commons.py) -------------------
-    # off: the world plays without one; on: what episodes contribute is there for the episodes
-    # that start later; credit: and the turns that made an entry are credited with its measured
-    # value to later episodes (re-runs without it)
-    commons: Literal["off", "on", "credit"] = "off"
-    commons_size: int = 6  # entries kept (the oldest go)
-    commons_credit_entries: int = 2  # credit: entries whose value is measured a step
-    commons_credit_reruns: int = 2  # credit: episodes re-run without each of them
-    commons_discount: float = 0.9  # credit: per step between a contribution and its use
+    commons: Commons = msgspec.field(default_factory=CommonsOff)
     # -- loss -------------------------------------------------------------------------------
     learning_rate: float = 3e-3
     clip: float = 0.2  # PPO clip on the importance ratio
@@ -122,6 +305,7 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kl_estimator: Literal["k1", "k3"] = "k3"
     max_grad_norm: float = 1.0
     chunk: int = 512  # turns per forward/backward chunk (bounds the learner's memory)
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
     # -- asynchrony -------------------------------------------------------------------------
     sync: Literal["pinned", "latest"] = "pinned"
     lag: int = 1  # rollouts may use weights this many versions behind the learner
@@ -130,28 +314,13 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     concurrency: int = 32  # episodes in flight at once
     channel_capacity: int = 64  # finished episodes buffered on their way to the learner
     # -- the policy -------------------------------------------------------------------------
-    backend: Literal["tiny", "hf"] = "tiny"  # hf: a Hugging Face causal LM (policy/hf/model.py)
+    model: Model = msgspec.field(default_factory=Tiny)
     # Each role of the organisation (ceo and specialist; orchestrator and sub with
     # org = "orchestrator:trained") trains its own tiny model, learner and versions
     # (collective/rl/roles.py); false: every trained role shares one policy.
     role_policies: bool = False
-    hf_model: str = ""  # backend = "hf": a local model directory to start from
-    # build hf_model thus (make-model) if it is absent
-    hf_build: Literal["", "tiny-lm", "smollm2-135m"] = ""
-    hf_server: str = ""  # "": sample in-process (hf:DIR); "sglang:URL[,URL...]"|"sglang:launch..."
-    # -- the hf learner ---------------------------------------------------------------------
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when torch sees a GPU
-    dtype: Literal["float32", "bfloat16"] = "float32"  # exact ratios are claimed in float32
-    lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft), not every weight
-    lora_alpha: float = 16.0
-    gradient_checkpointing: bool = False  # recompute layer activations in backward
-    logit_chunk: int = 256  # output positions whose [chunk, vocab] logits exist at once
-    hf_batch: int = 8  # sequences per learner forward pass
-    weight_decay: float = 0.0  # AdamW's decoupled weight decay
-    model: TinyConfig = msgspec.field(default_factory=lambda: TinyConfig(context=128))
     init: str = ""  # a tiny checkpoint to start from; "" = fresh weights from `seed`
     temperature: float = 1.0
-    top_p: float = 1.0  # backend = "hf", in-process: nucleus sampling (1.0: none)
     max_output_tokens: int = 24
     # -- bookkeeping ------------------------------------------------------------------------
     snapshot_every: int = 25  # keep checkpoints/step-N.pt every N steps (latest.pt: always)
@@ -161,116 +330,66 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)  # [cluster]: placement
 
     def __post_init__(self) -> None:
-        for name, domain in DOMAINS.items():  # every number, once, here at the boundary
-            value = getattr(self, name)
-            if not domain.holds(value):
-                raise ValueError(f"train config: {name} must be {domain.says}, not {value!r}")
-        if self.backend == "tiny":  # a setting that would do nothing is refused, not ignored
-            given = self._set(HF_ONLY + (("device",) if self.device == "cuda" else ()))
-            if given:
-                raise ValueError(
-                    f"train config: backend = 'tiny' ignores {given} (backend = 'hf' settings): "
-                    "drop them or set backend = 'hf'"
-                )
-        self._check_mix()
-        if self.commons == "off" and (given := self._set(COMMONS_ONLY)):
+        _check(self, "")  # every number, once, here at the boundary (the branches check theirs)
+        if len(self.worlds) > 1 and self.mix is None:
+            self.mix = Mix()
+        self._check_worlds()
+        hf = self.model if isinstance(self.model, HF) else None
+        commons = self.commons.kind
+        if self.mix is not None and self.mix.normalise and self.std_normalise:
             raise ValueError(
-                f"train config: commons = 'off' ignores {given}: drop them or set commons"
+                "train config: mix.normalise and std_normalise each rescale the advantage; "
+                "set one of them"
             )
-        if self.commons == "on" and (given := self._set(COMMONS_ONLY[1:])):
-            raise ValueError(
-                f"train config: commons = 'on' ignores {given} (commons = 'credit' settings): "
-                "drop them or set commons = 'credit'"
-            )
-        if self.commons == "credit" and not self.keep_episodes:
+        if commons == "credit" and not self.keep_episodes:
             raise ValueError(
                 "train config: commons = 'credit' pays the turn that made an entry, read back "
                 "from its episode file, which keep_episodes = false deletes: keep the episodes"
             )
-        if self.commons != "off" and self.sync != "pinned":
+        if commons != "off" and self.sync != "pinned":
             raise ValueError(
                 "train config: a commons follows the policy versions episodes are pinned to; "
                 "sync = 'latest' does not pin them: set sync = 'pinned'"
             )
-        if self.commons != "off" and (self.worlds or self.cluster.backend != "local"):
+        if commons != "off" and (self.mix is not None or self.cluster.backend != "local"):
             raise ValueError(
-                "train config: a commons is built for one world ([[worlds]] each with its own "
-                "commons is not) on cluster.backend = 'local' (Ray workers would each need it): "
+                "train config: a commons is built for one world (a mix, each world with its own "
+                "commons, is not) on cluster.backend = 'local' (Ray workers would each need it): "
                 "drop commons or those settings"
             )
-        if self.commons != "off" and self.hf_server:
+        if commons != "off" and hf is not None and hf.server:
             raise ValueError(
                 "train config: a commons needs episodes pinned to policy versions (its versions "
-                "follow them), which a server holding one version does not give: drop hf_server"
+                "follow them), which a server holding one version does not give: drop "
+                "model.server"
             )
-        if self.role_policies and (self.backend != "tiny" or self.cluster.backend != "local"):
+        if self.role_policies and (hf is not None or self.cluster.backend != "local"):
             raise ValueError(
-                "train config: role_policies is built for backend = 'tiny' on "
+                "train config: role_policies is built for model.kind = 'tiny' on "
                 "cluster.backend = 'local' (a LoRA adapter per role on the hf path, and Ray "
                 "workers serving several roles, are not): drop role_policies or those settings"
             )
-        if self.role_policies and self.advantage == "turn":
+        if self.role_policies and isinstance(self.advantage, Turn):
             raise ValueError(
                 "train config: role_policies with advantage = 'turn' is not built yet (its forks "
                 "have not been checked per role): use advantage 'collective' or 'individual'"
             )
-        if self.advantage == "turn" and self.hf_server:
+        if isinstance(self.advantage, Turn) and hf is not None and hf.server:
             raise ValueError(
                 "train config: advantage = 'turn' needs the weights of the version that played "
                 "each episode, which a server holding one version at a time does not keep: "
-                "drop hf_server or use another advantage"
+                "drop model.server or use another advantage"
             )
-        if self.resample and (self.cluster.backend != "local" or self.commons != "off"):
+        if self.resample and (self.cluster.backend != "local" or commons != "off"):
             raise ValueError(
                 "train config: resample (dynamic sampling) is built for cluster.backend = "
                 "'local' without a commons (Ray workers are dealt whole steps; a commons follows "
                 "the groups in order): drop resample or those settings"
             )
-        if self.advantage != "turn" and (given := self._set(TURN_ONLY)):
-            raise ValueError(
-                f"train config: advantage = {self.advantage!r} ignores {given} "
-                "(advantage = 'turn' settings): drop them or set advantage = 'turn'"
-            )
-        # Fresh weights are a function of the run's seed, like everything else in the run.
-        self.model = msgspec.structs.replace(self.model, seed=self.seed)
 
-    def _set(self, fields: Sequence[str]) -> str:
-        """``name = value`` of each of ``fields`` set away from its default ("" if none)."""
-        return ", ".join(
-            f"{f} = {getattr(self, f)!r}" for f in fields if getattr(self, f) != DEFAULTS[f]
-        )
-
-    def _check_mix(self) -> None:
-        if self.world_normalise and self.std_normalise:
-            raise ValueError(
-                "train config: world_normalise and std_normalise each rescale the advantage; "
-                "set one of them"
-            )
+    def _check_worlds(self) -> None:
         if not self.worlds:
-            if given := self._set(MIX_ONLY):
-                raise ValueError(
-                    f"train config: {given} act only on a mix of worlds: add [[worlds]] "
-                    "tables or drop them"
-                )
-            return
-        replaced = [f for f in REPLACED_BY_MIX if getattr(self, f) != DEFAULTS[f]]
-        if replaced:
-            raise ValueError(
-                f"train config: [[worlds]] replaces {', '.join(replaced)} (each world has its "
-                "own): set them in the [[worlds]] tables and drop them from the top level"
-            )
-        for i, w in enumerate(self.worlds):
-            where = f"train config: worlds[{i}] ({w.label})"
-            if not w.world:
-                raise ValueError(f"train config: worlds[{i}]: world must name a world")
-            for name in ("team_sizes", "time_limit_start", "time_limit_end"):
-                domain = DOMAINS[name]
-                if not domain.holds(getattr(w, name)):
-                    raise ValueError(
-                        f"{where}: {name} must be {domain.says}, not {getattr(w, name)!r}"
-                    )
-            if not 0 <= w.weight < math.inf:
-                raise ValueError(f"{where}: weight must be finite and >= 0, not {w.weight!r}")
+            raise ValueError("train config: worlds is empty: a run needs at least one world")
         if not math.isfinite(total := sum(w.weight for w in self.worlds)):
             raise ValueError(  # (each finite, their sum not: every draw would be the last world)
                 f"train config: the [[worlds]] weights sum to {total} (each must be finite and "
@@ -288,125 +407,234 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 "a distinct name (name = ...)"
             )
 
+    @property
+    def hf(self) -> HF:
+        """The hf model's settings (model.kind = 'hf' only)."""
+        if not isinstance(self.model, HF):
+            raise ValueError(f"train config: model.kind = {self.model.kind!r} has no hf settings")
+        return self.model
 
-class Domain(NamedTuple):
-    """What values a config field may take: ``holds(value)``, and how an error says it."""
+    @property
+    def top_p(self) -> float:
+        """Nucleus sampling's p: the hf model's in-process setting (1.0, none, for the tiny)."""
+        return self.model.top_p if isinstance(self.model, HF) else 1.0
 
-    holds: Callable[[Any], bool]
-    says: str
+    @property
+    def tiny(self) -> TinyConfig:
+        """The tiny network to train, its fresh weights from the run's seed (model.kind =
+        'tiny' only)."""
+        if not isinstance(self.model, Tiny):
+            raise ValueError(f"train config: model.kind = {self.model.kind!r} has no tiny shape")
+        return self.model.shape(self.seed)
 
 
-def _at_least(n: int) -> Domain:
-    # (the upper bound: config.toml is TOML, whose integers are 64-bit)
-    return Domain(lambda x: n <= x < 2**63, f">= {n} (a 64-bit integer)")
-
-
-FINITE_POSITIVE = Domain(lambda x: 0 < x < math.inf, "finite and > 0")  # (nan is neither)
-FINITE_NON_NEGATIVE = Domain(lambda x: 0 <= x < math.inf, "finite and >= 0")
-
-# The domain of every number in TrainConfig (Literal and bool fields have theirs in their type;
-# STRINGS says what checks each string, and when).
-DOMAINS: dict[str, Domain] = {
-    "team_sizes": Domain(
-        lambda t: bool(t) and min(t) >= 1 and max(t) < 2**63, ">= 1 (at least one size)"
-    ),
-    "steps": _at_least(1),
-    "groups_per_step": _at_least(1),
-    "group_size": Domain(lambda x: 2 <= x < 2**63, ">= 2 (a group baseline needs two)"),
-    "seed": Domain(lambda x: 0 <= x < 2**64, "in 0..2**64-1"),
-    "resample": _at_least(0),
-    "time_limit_start": FINITE_POSITIVE,
-    "time_limit_end": FINITE_POSITIVE,
-    "latency_penalty": FINITE_NON_NEGATIVE,
-    "fork_turns": _at_least(1),
-    "fork_samples": _at_least(1),
-    "fork_horizon": FINITE_NON_NEGATIVE,
-    "learning_rate": FINITE_POSITIVE,
-    "clip": Domain(lambda x: 0 < x < 1, "in (0, 1)"),
-    "normaliser": FINITE_POSITIVE,
-    "entropy_coef": FINITE_NON_NEGATIVE,
-    "kl_coef": FINITE_NON_NEGATIVE,
-    "max_grad_norm": FINITE_POSITIVE,
-    "chunk": _at_least(1),
-    "lag": _at_least(0),
-    "max_staleness": _at_least(0),
-    "concurrency": _at_least(1),
-    "channel_capacity": _at_least(1),
-    "lora_rank": _at_least(0),
-    "lora_alpha": FINITE_POSITIVE,
-    "logit_chunk": _at_least(1),
-    "hf_batch": _at_least(1),
-    "weight_decay": FINITE_NON_NEGATIVE,
-    "baseline_episodes": _at_least(1),
-    "temperature": FINITE_POSITIVE,
-    "top_p": Domain(lambda x: 0 < x <= 1, "in (0, 1]"),
-    "max_output_tokens": _at_least(1),
-    "snapshot_every": _at_least(1),
-    "commons_size": _at_least(1),
-    "commons_credit_entries": _at_least(1),
-    "commons_credit_reruns": _at_least(1),
-    "commons_discount": Domain(lambda x: 0 <= x <= 1, "in [0, 1]"),
-}
 STRINGS = {
-    "world": "validate() (the registry builds it)",
-    "params": "validate() (the world constructor's annotations, convert_params)",
+    "worlds.world": "validate() (the registry builds it)",
+    "worlds.name": "TrainConfig._check_worlds (labels distinct)",
+    "worlds.params": "validate() (the world constructor's annotations, convert_params)",
     "org": "validate() (make_organisation)",
     "latency": "validate() (latency_preset)",
-    "hf_model": "the hf backend (HFBackend: needed; the directory when the model loads)",
-    "hf_server": "the hf backend (HFBackend: parse_spec, before anything runs)",
+    "model.path": "the hf backend (HFBackend: needed; the directory when the model loads)",
+    "model.server": "the hf backend (HFBackend: parse_spec, before anything runs)",
     "init": "load_config and the backend's load (a checkpoint that must read)",
-    "worlds": "TrainConfig._check_mix, then validate() (each world as world is)",
-    "model": "TinyConfig.__post_init__",
     "cluster": "ClusterConfig.__post_init__",
 }
-# Settings only the hf backend reads (``device = "cuda"`` too: the tiny learner is on the CPU).
-HF_ONLY = (
-    "hf_model",
-    "hf_build",
-    "hf_server",
-    "dtype",
-    "lora_rank",
-    "lora_alpha",
-    "gradient_checkpointing",
-    "logit_chunk",
-    "hf_batch",
-    "top_p",
-)
-#: The settings only ``advantage = "turn"`` reads. Under any other advantage they are held at
-#: their defaults (refused otherwise) and left out of a run's study digest: they cannot change
-#: such a run, and leaving them out keeps every run made before they existed valid.
-TURN_ONLY = ("fork_turns", "fork_samples", "fork_horizon")
-#: The top-level fields a ``[[worlds]]`` mix replaces (each entry has its own), refused beside
-#: it unless at their defaults.
-REPLACED_BY_MIX = (
-    "world",
-    "params",
-    "team_sizes",
-    "time_limit",
-    "time_limit_start",
-    "time_limit_end",
-)
-#: The settings only a mix reads. Like TURN_ONLY they are held at their defaults otherwise and
-#: left out of a run's study digest when at them, with ``worlds`` itself: a run made before the
-#: mix existed keeps its digest.
-MIX_ONLY = ("world_normalise", "baseline_episodes")
-#: The settings only a commons reads (held at their defaults, and out of a run's study digest,
-#: with ``commons`` itself, when it is off).
-COMMONS_ONLY = (
-    "commons_size",
-    "commons_credit_entries",
-    "commons_credit_reruns",
-    "commons_discount",
-)
-#: Every field's default, what "set away from its default" is judged against.
-DEFAULTS: dict[str, Any] = {
-    f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
-    for f in msgspec.structs.fields(TrainConfig)
+
+# -- the flat form -----------------------------------------------------------------------------
+#: Each flat key that lives in a table of the tree: (table, key). ``backend`` is the model's
+#: kind; ``advantage`` and ``commons`` name their kind as a flat key and as the tree's shorthand.
+FLAT: dict[str, tuple[str, str]] = {
+    "fork_turns": ("advantage", "turns"),
+    "fork_samples": ("advantage", "samples"),
+    "fork_horizon": ("advantage", "horizon"),
+    "commons_size": ("commons", "size"),
+    "commons_credit_entries": ("commons", "entries"),
+    "commons_credit_reruns": ("commons", "reruns"),
+    "commons_discount": ("commons", "discount"),
+    "backend": ("model", "kind"),
+    "hf_model": ("model", "path"),
+    "hf_build": ("model", "build"),
+    "hf_server": ("model", "server"),
+    "device": ("model", "device"),
+    "dtype": ("model", "dtype"),
+    "lora_rank": ("model", "lora_rank"),
+    "lora_alpha": ("model", "lora_alpha"),
+    "gradient_checkpointing": ("model", "gradient_checkpointing"),
+    "logit_chunk": ("model", "logit_chunk"),
+    "hf_batch": ("model", "batch"),
+    "top_p": ("model", "top_p"),
+    "world_normalise": ("mix", "normalise"),
+    "baseline_episodes": ("mix", "baseline_episodes"),
 }
+#: The flat keys of the one world of a config without ``[[worlds]]``.
+WORLD_KEYS = ("world", "params", "team_sizes", "time_limit", "time_limit_start", "time_limit_end")
+#: Each tagged union's branches, by kind.
+UNIONS: dict[str, dict[str, type[_Kind]]] = {
+    "advantage": {"collective": Collective, "individual": Individual, "turn": Turn},
+    "commons": {"off": CommonsOff, "on": CommonsOn, "credit": CommonsCredit},
+    "model": {"tiny": Tiny, "hf": HF},
+}
+
+
+def _default(table: str, key: str) -> Any:
+    """A table's key's default, in whichever branch has it."""
+    kinds = UNIONS.get(table, {"": Mix})
+    for cls in kinds.values():
+        for f in msgspec.structs.fields(cls):
+            if f.name == key:
+                return f.default
+    return msgspec.NODEFAULT
+
+
+def _flat_default(key: str) -> Any:
+    """A flat key's default (what a run directory's config.toml writes for a setting its run
+    does not read)."""
+    if key in WORLD_KEYS:
+        return json.loads(msgspec.json.encode(getattr(WorldEntry(world="workshop"), key)))
+    return _default(*FLAT[key])
+
+
+def _inert(key: str, value: Any) -> bool:
+    """A flat setting that does nothing where the tree puts it, and says so harmlessly: at its
+    default (a run directory's config.toml writes every field), or ``device = "cpu"`` for the
+    tiny model (which trains on the CPU)."""
+    return value == _flat_default(key) or (key == "device" and value in ("auto", "cpu"))
+
+
+def tree(raw: dict[str, Any], where: str = "train config", own_record: bool = False) -> dict:
+    """A config as TOML gives it, in the flat form, the tree's or a mix of both, as the tree:
+    the one translation from the flat form. A flat setting that the chosen branch does not read
+    is dropped at its default (a run directory's config.toml writes every field) and refused
+    otherwise, in one line. ``own_record``: ``raw`` is a run directory's own config.toml, whose
+    flat form may write the top-level world fields beside ``[[worlds]]`` at their defaults."""
+    raw = copy.deepcopy(raw)
+    for table in UNIONS:  # the shorthand: `advantage = "turn"` is `[advantage] kind = "turn"`
+        if isinstance(raw.get(table), str):
+            raw[table] = {"kind": raw[table]}
+    if isinstance(shape := raw.get("model"), dict) and "kind" not in shape:
+        shape.pop("seed", None)  # (the flat form's [model] is the tiny shape; seed is the run's)
+        shape["kind"] = raw.get("backend", "tiny")
+        moved = {("model", k) for k in shape if k != "kind"}
+    else:
+        moved = set()
+    flat_worlds = {k: raw.pop(k) for k in WORLD_KEYS if k in raw}
+    worlds = raw.get("worlds")
+    if worlds:  # a [[worlds]] list given: a mix in the flat form
+        if flat_worlds and own_record:
+            flat_worlds = {k: v for k, v in flat_worlds.items() if not _inert(k, v)}
+        if flat_worlds:
+            raise ValueError(
+                f"{where}: [[worlds]] replaces {', '.join(flat_worlds)} (each world has its own): "
+                "set them in the [[worlds]] tables and drop them from the top level"
+            )
+        if "world_normalise" in raw or "baseline_episodes" in raw:
+            raw.setdefault("mix", {})
+    elif worlds is not None or flat_worlds:  # (`worlds = []`: the flat form's one world)
+        raw["worlds"] = [{"world": "workshop", **flat_worlds}]
+    for key in [k for k in raw if k in FLAT]:
+        table, leaf = FLAT[key]
+        value = raw.pop(key)
+        node = raw.get(table)
+        if table == "mix" and node is None:
+            if _inert(key, value):
+                continue
+            raise ValueError(
+                f"{where}: {key} = {_toml(value)} (a [mix] setting): mix settings act only on "
+                "a mix of worlds: add [[worlds]] tables (or a [mix] table) or drop it"
+            )
+        if not isinstance(node, dict):
+            raw[table] = node = {} if node is None else node
+        if not isinstance(node, dict):
+            raise ValueError(f"{where}: {table} is not a table, it has no {leaf!r}")
+        node[leaf] = value
+        moved.add((table, leaf))
+    for table, kinds in UNIONS.items():
+        node = raw.get(table)
+        if not isinstance(node, dict):
+            continue
+        kind = node.setdefault("kind", next(iter(kinds)))
+        cls = kinds.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            continue  # (msgspec names the kinds there are)
+        has = {f.name for f in msgspec.structs.fields(cls)}
+        for key in [k for k in node if k != "kind" and k not in has]:
+            if (table, key) in moved and node[key] == _default(table, key):
+                del node[key]
+            elif (table, key) in moved and table == "model" and key in Tiny.__struct_fields__:
+                del node[key]  # (the flat form's [model] is the tiny shape, never read by hf)
+            elif (table, key) in moved and table == "model" and key == "device" and kind == "tiny":
+                if node[key] in ("auto", "cpu"):
+                    del node[key]
+                    continue
+                raise ValueError(
+                    f"{where}: device = {_toml(node[key])} does nothing for the tiny model (it "
+                    "trains on the CPU): drop it or set model.kind = 'hf'"
+                )
+            else:
+                name = f"{table}.{key}"
+                if (table, key) in moved:  # (named as the config wrote it)
+                    name = next((f for f, p in FLAT.items() if p == (table, key)), name)
+                branches = [k for k, c in kinds.items() if key in c.__struct_fields__]
+                reads = f" ({table} = {' or '.join(map(repr, branches))} reads it)" * bool(branches)
+                raise ValueError(
+                    f"{where}: {table} = {kind!r} has no {name} = {_toml(node[key])}"
+                    f"{reads}: drop it or choose that {table}"
+                )
+    return raw
+
+
+def read_config(
+    raw: dict[str, Any], where: str = "train config", own_record: bool = False
+) -> TrainConfig:
+    """A ``TrainConfig`` from a TOML-like dict in either form (``tree``; structs in it, such as
+    a ``TinyConfig`` for ``model``, as their tables), validated."""
+    try:
+        return msgspec.convert(tree(msgspec.to_builtins(raw), where, own_record), TrainConfig)
+    except msgspec.ValidationError as e:
+        message = str(e)  # (a check of the config's own names itself already)
+        raise ValueError(message if message.startswith(where) else f"{where}: {message}") from None
+
+
+def _set(raw: dict[str, Any], item: str) -> None:
+    """Apply one ``--set KEY=VALUE`` (a flat name or a dotted path; the value parsed as TOML)."""
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value  # a bare word: a string
+    *parents, leaf = key.split(".")
+    path = (*parents, leaf)
+    one = raw.get("worlds")
+    mixed = {"mix", "world_normalise", "baseline_episodes"} & set(raw)
+    alone = isinstance(one, list) and len(one) == 1 and not mixed
+    # (the one world of a config in the tree form)
+    if key in WORLD_KEYS and alone and isinstance(world := one[0], dict):  # type: ignore[index]
+        world[key] = parsed
+        return
+    if path in FLAT.values():  # the dotted path of a flat key: the later --set wins
+        raw.pop(next(f for f, p in FLAT.items() if p == path), None)
+    elif key in FLAT and isinstance(raw.get(FLAT[key][0]), dict):
+        raw[FLAT[key][0]].pop(FLAT[key][1], None)
+    if not parents and leaf in UNIONS and isinstance(parsed, str):
+        node = raw.get(leaf)  # a kind: the table's other settings stay (and are checked)
+        raw[leaf] = {**node, "kind": parsed} if isinstance(node, dict) else {"kind": parsed}
+        return
+    node = raw
+    for i, p in enumerate(parents):
+        if isinstance(node.get(p), str) and p in UNIONS:
+            node[p] = {"kind": node[p]}
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            where = ".".join(parents[: i + 1])
+            raise ValueError(f"--set {item!r}: {where} is not a table, it has no {leaf!r}")
+    node[leaf] = parsed
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read a TOML config and apply ``key=value`` overrides (values parsed as TOML)."""
+    """Read a TOML config (either form) and apply ``key=value`` overrides (values parsed as
+    TOML; a key a flat name or a dotted path, ``commons.size=4``)."""
     from collective.base.outputs import open_input
 
     path = Path(path)
@@ -420,63 +648,96 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: not valid TOML ({e})") from None
     for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            parsed = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            parsed = value  # a bare word: a string
-        node = raw
-        *parents, leaf = key.split(".")
-        for i, p in enumerate(parents):
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                where = ".".join(parents[: i + 1])
-                raise ValueError(f"--set {item!r}: {where} is not a table, it has no {leaf!r}")
-        node[leaf] = parsed
-    if raw.get("init") and raw.get("backend", "tiny") == "tiny" and isinstance(raw["init"], str):
+        _set(raw, item)
+    # (A run directory's config.toml of a mix, in the flat form, may write the top-level world
+    # fields beside [[worlds]]: the engine's own record, with config.json beside it, which a
+    # resume checks it against.)
+    own_record = path.name == "config.toml" and (path.parent / "config.json").exists()
+    shaped = tree(raw, str(path), own_record)
+    model = shaped.get("model", {"kind": "tiny"})
+    init = shaped.get("init")
+    if init and isinstance(init, str) and isinstance(model, dict) and model.get("kind") == "tiny":
         # A run from a checkpoint has the checkpoint's shape: [model] says so in config.toml.
         # Settings the config does give are kept, and train() refuses them if they differ.
         from policy.tiny.checkpoint import load_checkpoint
 
-        shape = msgspec.to_builtins(load_checkpoint(raw["init"]).config)
+        shape = msgspec.to_builtins(load_checkpoint(init).config)
         shape.pop("seed")
-        given = raw.get("model", {})
-        if isinstance(given, dict):
-            raw["model"] = {**shape, **given}
-    # Refused as given, whatever the value: `world = "workshop"` beside [[worlds]] is the
-    # default, yet says something the mix does not do. (A run directory's config.toml of a mix
-    # written before dump_config left these out is the engine's own record: it has config.json
-    # beside it, which a resume checks it against.)
-    own_record = path.name == "config.toml" and (path.parent / "config.json").exists()
-    if raw.get("worlds") and not own_record and (top := [f for f in REPLACED_BY_MIX if f in raw]):
-        raise ValueError(
-            f"{path}: [[worlds]] replaces {', '.join(top)} (each world has its own): set them "
-            "in the [[worlds]] tables and drop them from the top level"
-        )
+        shaped["model"] = {**shape, **model}
     try:
-        return msgspec.convert(raw, TrainConfig)
+        return msgspec.convert(shaped, TrainConfig)
     except msgspec.ValidationError as e:
         raise ValueError(f"{path}: {e}") from None
 
 
+def flat_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """The config in the flat form, every key (a branch's settings it does not have at their
+    defaults), as builtins: what a run's record keeps and its digest covers."""
+    tree_ = msgspec.to_builtins(cfg)
+    out: dict[str, Any] = {}
+    one = (
+        tree_["worlds"][0] if cfg.mix is None else msgspec.to_builtins(WorldEntry(world="workshop"))
+    )
+    for key in WORLD_KEYS:
+        out[key] = one[key]
+    out["worlds"] = tree_["worlds"] if cfg.mix is not None else []
+    for key, value in tree_.items():
+        if key in ("worlds", "mix"):
+            continue
+        if key in UNIONS:
+            branch = {k: v for k, v in value.items() if k != "kind"}
+            for flat, (table, leaf) in FLAT.items():
+                if table == key:
+                    out[flat] = branch.get(leaf, _flat_default(flat))
+            if key == "model":
+                out["backend"] = value["kind"]
+                shape = branch if cfg.model.kind == "tiny" else msgspec.to_builtins(Tiny())
+                shape.pop("kind", None)
+                out["model"] = {k: v for k, v in shape.items() if k in Tiny.__struct_fields__}
+                out["model"]["seed"] = cfg.seed
+            else:
+                out[key] = value["kind"]
+        else:
+            out[key] = value
+    mixed = tree_["mix"] or {}
+    out["world_normalise"] = mixed.get("normalise", _flat_default("world_normalise"))
+    out["baseline_episodes"] = mixed.get("baseline_episodes", _flat_default("baseline_episodes"))
+    return {k: out[k] for k in RECORD_ORDER}
+
+
+#: The flat form's keys in the order a run's record writes them.
+RECORD_ORDER = (
+    *("world", "params", "org", "team_sizes", "latency", "steps", "groups_per_step"),
+    *("group_size", "seed", "resample", "worlds", "world_normalise", "baseline_episodes"),
+    *("time_limit", "time_limit_start", "time_limit_end", "latency_penalty", "advantage"),
+    *("std_normalise", "fork_turns", "fork_samples", "fork_horizon", "commons"),
+    *("commons_size", "commons_credit_entries", "commons_credit_reruns", "commons_discount"),
+    *("learning_rate", "clip", "aggregation", "normaliser", "entropy_coef", "kl_coef"),
+    *("kl_estimator", "max_grad_norm", "chunk", "sync", "lag", "max_staleness", "stale"),
+    *("concurrency", "channel_capacity", "backend", "role_policies", "hf_model", "hf_build"),
+    *("hf_server", "device", "dtype", "lora_rank", "lora_alpha", "gradient_checkpointing"),
+    *("logit_chunk", "hf_batch", "weight_decay", "model", "init", "temperature", "top_p"),
+    *("max_output_tokens", "snapshot_every", "keep_episodes", "plots", "logger", "cluster"),
+)
+
+
 def config_fields(cfg: TrainConfig) -> dict[str, Any]:
-    """The config as its config.toml reads back (tuples as lists; a float field given as 1 is
-    1.0), as JSON holds it: what a run's config record keeps."""
+    """The config's flat form as its config.toml reads back (tuples as lists; a float field
+    given as 1 is 1.0), as JSON holds it: what a run's config record keeps."""
     typed = msgspec.convert(msgspec.to_builtins(cfg), TrainConfig)
-    return json.loads(msgspec.json.encode(typed))
+    return json.loads(msgspec.json.encode(flat_fields(typed)))
 
 
 def config_digest(cfg: TrainConfig) -> str:
-    """A run's config in one string (BLAKE2b of its fields): what a resume checks."""
+    """A run's config in one string (BLAKE2b of its flat fields): what a resume checks. The
+    flat form makes it the same whichever form the config was written in."""
     canonical = json.dumps(config_fields(cfg), sort_keys=True).encode()
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()
 
 
 def config_changes(recorded: dict[str, Any], cfg: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """How ``cfg`` differs from a config record (``config_fields`` as a run kept it), where a
-    field the record lacks counts as its default: a field added to TrainConfig since the run
+    field the record lacks counts as its default: a field added to TrainConfig after the run
     began, at its default, is no change, so an upgrade never strands a run (a digest over every
     field would call each old run edited)."""
     defaults = config_fields(TrainConfig())
@@ -500,19 +761,27 @@ def changed_fields(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any,
 
 
 def dump_config(cfg: TrainConfig) -> str:
-    """The config as TOML, every field written out, so a run is reproducible from it alone."""
+    """The config as TOML in the tree form, every field written out, so a run is reproducible
+    from it alone."""
     lines: list[str] = []
     tables: list[tuple[str, dict[str, Any]]] = []
+    arrays: list[tuple[str, list[dict[str, Any]]]] = []
     for key, value in msgspec.to_builtins(cfg).items():
-        if cfg.worlds and key in REPLACED_BY_MIX:
-            continue  # (a mix replaces them: written beside [[worlds]] they would be refused)
+        if value is None:
+            continue  # (no [mix])
         if isinstance(value, dict):
             tables.append((key, value))
+        elif key == "worlds":
+            arrays.append((key, value))
         else:
             lines.append(f"{key} = {_toml(value)}")
     for name, table in tables:
         lines.append(f"\n[{name}]")
         lines += [f"{k} = {_toml(v)}" for k, v in table.items()]
+    for name, rows in arrays:
+        for row in rows:
+            lines.append(f"\n[[{name}]]")
+            lines += [f"{k} = {_toml(v)}" for k, v in row.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -529,19 +798,8 @@ def _toml(v: Any) -> str:
 
 
 def mix(cfg: TrainConfig) -> tuple[WorldEntry, ...]:
-    """The run's worlds: its ``[[worlds]]`` tables, or the one world its top-level fields name."""
-    if cfg.worlds:
-        return cfg.worlds
-    return (
-        WorldEntry(
-            world=cfg.world,
-            params=cfg.params,
-            team_sizes=cfg.team_sizes,
-            time_limit=cfg.time_limit,
-            time_limit_start=cfg.time_limit_start,
-            time_limit_end=cfg.time_limit_end,
-        ),
-    )
+    """The run's worlds (always at least one)."""
+    return cfg.worlds
 
 
 #: The stream tag of a group's world draw (``world_of``).
@@ -551,7 +809,7 @@ WORLD_DRAW = 0x776F726C64
 def world_of(cfg: TrainConfig, group: int) -> WorldEntry:
     """The world of group ``group``: drawn by weight from a stream seeded by (seed, group), so
     any group's world is known without the groups before it (a resumed run, a Ray worker)."""
-    worlds = mix(cfg)
+    worlds = cfg.worlds
     if len(worlds) == 1:
         return worlds[0]
     total = sum(w.weight for w in worlds)
@@ -572,8 +830,8 @@ def draws_per_step(cfg: TrainConfig) -> int:
 
 def time_limit_at(cfg: TrainConfig, step: int, world: WorldEntry | None = None) -> float:
     """T_max for a step: constant, or linear / geometric from start to end over the run; that of
-    ``world``'s own schedule if given (a mix), else the config's."""
-    w = world or mix(cfg)[0]
+    ``world``'s own schedule if given (a mix), else the first world's."""
+    w = world or cfg.worlds[0]
     a, b = w.time_limit_start, w.time_limit_end
     frac = step / max(cfg.steps - 1, 1)
     if w.time_limit == "constant":

@@ -1,4 +1,8 @@
-"""Per-agent credit by leave-one-out: what the episode would have scored without each agent.
+"""How a step's returns reach each trained turn: the ``Credit`` seam, one ``assign`` a kind of
+``advantage`` (collective: the rollout's own; individual: leave-one-out per agent; turn: forks),
+so the training loop calls one without asking which.
+
+Per-agent credit by leave-one-out: what the episode would have scored without each agent.
 
 The per-agent ablation needs each agent's own contribution. Splitting each rise of the score
 among the agents whose world tools landed then credits only the hands that built, and nothing
@@ -18,16 +22,21 @@ model; ``leave_one_out`` runs every counterfactual of a batch of episodes concur
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
 
 import msgspec
+import numpy as np
 import trio
 
+from collective.base.seeding import derive
 from collective.engine.conductor import Conductor
 from collective.records import Episode, Spawned
 from collective.replay.recorded import RecordedPolicy
+from collective.rl.config import Individual, TrainConfig, Turn
+from collective.rl.forks import group_turn_advantages, trained_turn
 from policy import tokenizer
-from policy.base import PolicyRequest, PolicyResponse
+from policy.base import Policy, PolicyRequest, PolicyResponse
 
 
 class LeaveOut(RecordedPolicy):
@@ -88,3 +97,114 @@ async def leave_one_out_async(
 def leave_one_out(episodes: Sequence[Episode], *, concurrency: int = 16) -> list[dict[int, float]]:
     """``leave_one_out_async`` from synchronous code (not from inside a trio run)."""
     return trio.run(lambda: leave_one_out_async(episodes, concurrency=concurrency))
+
+
+# == The credit seam: how a step's rollouts' returns reach each trained turn ======================
+
+
+class Credited(NamedTuple):
+    """A step's credit: for each group, each episode's trained turns' own advantages by turn
+    index (a trained turn not in it keeps its rollout's group advantage, ``A_i``), and the
+    rollouts played to find them (forks)."""
+
+    turns: list[list[dict[int, float]]]
+    rollouts: int = 0
+
+
+class Credit(Protocol):
+    """How a step's groups are credited: one ``assign`` a kind of ``advantage``
+    (``credit_for`` picks it from the config's union). It runs off the event loop (a thread):
+    it may run episodes in a trio run of its own."""
+
+    def assign(self, step: int, groups: list[list[Episode]]) -> Credited: ...
+
+
+class RolloutCredit:
+    """``advantage = "collective"``: every trained turn keeps its rollout's advantage."""
+
+    def assign(self, step: int, groups: list[list[Episode]]) -> Credited:
+        return Credited([[{} for _ in g] for g in groups])
+
+
+class AgentCredit:
+    """``advantage = "individual"``: each agent's turns get its leave-one-out credit, less the
+    group's mean (``individual_advantages``)."""
+
+    def assign(self, step: int, groups: list[list[Episode]]) -> Credited:
+        out = []
+        for episodes, credits in zip(groups, group_credits(groups), strict=True):
+            per_agent = individual_advantages(episodes, credits)
+            out.append(
+                [
+                    {j: per_agent[i][t.agent] for j, t in enumerate(ep.turns) if trained_turn(t)}
+                    for i, ep in enumerate(episodes)
+                ]
+            )
+        return Credited(out)
+
+
+class ForkCredit:
+    """``advantage = "turn"``: every episode's forked turns' advantages
+    (``collective.rl.forks``). ``policy_of(step, episode)`` is the policy of the version that
+    played the episode, so a fork re-samples the turn from the distribution it was drawn from;
+    the forks' seeds are derived from the run's seed and the step, so a resumed or repeated run
+    forks alike."""
+
+    def __init__(self, turn: Turn, seed: int, policy_of: Callable[[int, Episode], Policy]) -> None:
+        self.turn, self.seed, self.policy_of = turn, seed, policy_of
+
+    def assign(self, step: int, groups: list[list[Episode]]) -> Credited:
+        credit, rollouts = group_turn_advantages(
+            groups,
+            lambda ep: self.policy_of(step, ep),
+            turns=self.turn.turns,
+            samples=self.turn.samples,
+            horizon=self.turn.horizon,
+            seed=derive(self.seed, step),
+        )
+        return Credited(credit, rollouts)
+
+
+def credit_for(
+    cfg: TrainConfig, policy_of: Callable[[int, Episode], Policy] | None = None
+) -> Credit:
+    """The credit the config's ``advantage`` names; ``policy_of`` (the playing version's policy
+    of an episode) is what forks need."""
+    adv = cfg.advantage
+    if isinstance(adv, Turn):
+        if policy_of is None:
+            raise ValueError(
+                "advantage = 'turn' forks each episode with the weights of the version that "
+                "played it: credit_for needs policy_of"
+            )
+        return ForkCredit(adv, cfg.seed, policy_of)
+    return AgentCredit() if isinstance(adv, Individual) else RolloutCredit()
+
+
+def individual_advantages(
+    episodes: list[Episode], credits: list[dict[int, float]]
+) -> list[dict[int, float]]:
+    """The per-agent advantage of a group: each agent's leave-one-out credit minus the mean
+    credit of every agent that took part in the group's episodes (hired and fired ones
+    included, one term per agent per episode), so that, like the collective advantage, it
+    sums to zero over the group's agents: a group where every agent mattered alike teaches
+    nothing, and no agent's turns are pushed up merely because credits are positive."""
+    everyone = [
+        (i, ev.agent) for i, e in enumerate(episodes) for ev in e.events if isinstance(ev, Spawned)
+    ]
+    base = float(np.mean([credits[i].get(a, 0.0) for i, a in everyone])) if everyone else 0.0
+    out: list[dict[int, float]] = [{} for _ in episodes]
+    for i, a in everyone:
+        out[i][a] = credits[i].get(a, 0.0) - base
+    return out
+
+
+def group_credits(groups: list[list[Episode]]) -> list[list[dict[int, float]]]:
+    """Every agent's leave-one-out credit, group by group; all the counterfactual re-runs of the
+    step at once (in its own trio run: call it from a thread)."""
+    flat = leave_one_out([e for g in groups for e in g])
+    out, i = [], 0
+    for g in groups:
+        out.append(flat[i : i + len(g)])
+        i += len(g)
+    return out

@@ -84,9 +84,9 @@ def episode_config(
         max_output_tokens=cfg.max_output_tokens,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
-        policy=f"{cfg.backend} (training)",
+        policy=f"{cfg.model.kind} (training)",
         policy_version=version,
-        tokenizer="bytes" if cfg.backend == "tiny" else "",
+        tokenizer="bytes" if cfg.model.kind == "tiny" else "",
     )
 
 

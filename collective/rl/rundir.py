@@ -445,7 +445,7 @@ class RunDir:
             )
         for w in mix(self.cfg):
             if w.time_limit != "constant" and w.time_limit_start != w.time_limit_end:
-                whose = f"{w.label}'s time limit" if self.cfg.worlds else "the run's time limit"
+                whose = f"{w.label}'s time limit" if self.cfg.mix else "the run's time limit"
                 raise ValueError(
                     f"--set steps={self.cfg.steps}: {whose} is {w.time_limit} over its steps; "
                     "extending it would change the schedule of the steps to come"

@@ -99,7 +99,7 @@ def select(
                 f"sft: {p} is an episode of world {ep.config.world!r}; the config trains on "
                 f"{', '.join(sorted(worlds))} (set world in the config, or give its episodes)"
             )
-        if train_cfg.backend == "tiny" and ep.config.tokenizer != "bytes":
+        if train_cfg.model.kind == "tiny" and ep.config.tokenizer != "bytes":
             raise ValueError(
                 f"sft: {p}'s token ids are in tokenizer {ep.config.tokenizer or 'unknown'!r}; "
                 "the tiny model reads bytes (imitate episodes of a byte-level policy)"

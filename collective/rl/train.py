@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,6 @@ import numpy as np
 import torch
 import trio
 
-from collective.base.seeding import derive
 from collective.engine.conductor import lone_error
 from collective.engine.limits import (
     AGENT_BYTES,
@@ -46,7 +45,7 @@ from collective.engine.limits import (
 )
 from collective.engine.organisation import make_organisation
 from collective.engine.registry import check_runnable, resolve_world
-from collective.records import Episode, Spawned
+from collective.records import Episode
 from collective.records.signs import Signs, signs
 from collective.rl.backend import make_backend
 from collective.rl.baselines import Baselines, measure_baselines
@@ -54,15 +53,22 @@ from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_nod
 from collective.rl.commons import CommonsStore, step_commons
 from collective.rl.config import (
     TrainConfig,
+    Turn,
     draws_per_step,
     dump_config,
+    flat_fields,
     load_config,
     mix,
+    read_config,
     time_limit_at,
     world_of,
 )
-from collective.rl.credit import leave_one_out
-from collective.rl.forks import fork_budget, group_turn_advantages, trained_turn
+from collective.rl.credit import (
+    credit_for,
+    group_credits,
+    individual_advantages,
+)
+from collective.rl.forks import fork_budget, trained_turn
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
 from collective.rl.roles import RoleLearner, RoleModels, trained_roles
@@ -91,14 +97,16 @@ __all__ = [
     "dump_config",
     "episode_key",
     "episode_name",
+    "fork_policies",
     "group_advantages",
     "group_credits",
+    "individual_advantages",
     "load_config",
     "penalised_returns",
+    "read_config",
     "read_metrics",
     "stale_weight",
     "step_samples",
-    "step_turn_credit",
     "time_limit_at",
     "train",
     "validate",
@@ -140,51 +148,19 @@ def group_returns(cfg: TrainConfig, episodes: list[Episode]) -> np.ndarray:
     )
 
 
-def individual_advantages(
-    episodes: list[Episode], credits: list[dict[int, float]]
-) -> list[dict[int, float]]:
-    """The per-agent advantage of a group: each agent's leave-one-out credit minus the mean
-    credit of every agent that took part in the group's episodes (hired and fired ones
-    included, one term per agent per episode), so that, like the collective advantage, it
-    sums to zero over the group's agents: a group where every agent mattered alike teaches
-    nothing, and no agent's turns are pushed up merely because credits are positive."""
-    everyone = [
-        (i, ev.agent) for i, e in enumerate(episodes) for ev in e.events if isinstance(ev, Spawned)
-    ]
-    base = float(np.mean([credits[i].get(a, 0.0) for i, a in everyone])) if everyone else 0.0
-    out: list[dict[int, float]] = [{} for _ in episodes]
-    for i, a in everyone:
-        out[i][a] = credits[i].get(a, 0.0) - base
-    return out
-
-
-def group_credits(groups: list[list[Episode]]) -> list[list[dict[int, float]]]:
-    """Every agent's leave-one-out credit (``collective.rl.credit``), group by group; all the
-    counterfactual re-runs of the step at once (in its own trio run: call it from a thread)."""
-    flat = leave_one_out([e for g in groups for e in g])
-    out, i = [], 0
-    for g in groups:
-        out.append(flat[i : i + len(g)])
-        i += len(g)
-    return out
-
-
-def step_turn_credit(
-    cfg: TrainConfig,
-    step: int,
-    groups: list[list[Episode]],
-    backend: Any,
-    model: Any,
-    serving_weights: dict[int, Any],
-) -> tuple[list[list[dict[int, float]]], int]:
-    """``advantage = "turn"``: every episode's forked turns' advantages (``collective.rl.forks``)
-    and the fork rollouts run. An episode is forked with the weights of the version that played
-    it (a pinned backend keeps them in ``serving_weights``), so a fork re-samples the turn from
-    the distribution it was drawn from; the forks' seeds are derived from the run's seed and the
-    step, so a resumed or repeated run forks alike."""
+def fork_policies(
+    cfg: TrainConfig, backend: Any, model: Any, serving_weights: dict[int, Any]
+) -> Callable[[int, Episode], Any]:
+    """``advantage = "turn"``'s ``policy_of(step, episode)``: the policy of the version that
+    played the episode (a pinned backend keeps its weights in ``serving_weights``), one a
+    version per step."""
     policies: dict[int, Any] = {}
+    at = [-1]
 
-    def policy_of(ep: Episode) -> Any:
+    def policy_of(step: int, ep: Episode) -> Any:
+        if at[0] != step:
+            policies.clear()
+            at[0] = step
         versions = {t.version for t in ep.turns if trained_turn(t)}
         # (pinned: an episode is played by one version, so its forks re-sample with that one)
         if len(versions) != 1:
@@ -203,14 +179,7 @@ def step_turn_credit(
             policies[v] = backend.policy_for(model, serving_weights[v], v)
         return policies[v]
 
-    return group_turn_advantages(
-        groups,
-        policy_of,
-        turns=cfg.fork_turns,
-        samples=cfg.fork_samples,
-        horizon=cfg.fork_horizon,
-        seed=derive(cfg.seed, step),
-    )
+    return policy_of
 
 
 def stale_weight(cfg: TrainConfig, staleness: int) -> float | None:
@@ -228,18 +197,16 @@ def step_samples(
     cfg: TrainConfig,
     step: int,
     groups: list[list[Episode]],
-    credits: list[list[dict[int, float]]] | None = None,
-    turn_credit: list[list[dict[int, float]]] | None = None,
+    credited: list[list[dict[int, float]]] | None = None,
     baselines: Baselines | None = None,
     ids: Sequence[int] | None = None,
 ) -> tuple[list[Sample], dict[str, Any], list[bool]]:
     """Turn a step's groups into token samples with their advantages, plus metrics.
 
-    ``credits`` (the per-agent ablation, ``advantage = "individual"``): each episode's
-    leave-one-out credit per agent (``collective.rl.credit``), computed here when not given.
-    ``turn_credit`` (``advantage = "turn"``): each episode's forked turns' own advantages by turn
-    index (``collective.rl.forks``); every other turn keeps its rollout's flat advantage.
-    With a mix of worlds (``[[worlds]]``) the metrics are also given per world, and
+    ``credited`` (``collective.rl.credit.Credited.turns``): each episode's trained turns' own
+    advantages by turn index, as the config's ``Credit`` assigned them (assigned here when not
+    given, which ``advantage = "turn"``'s forks cannot be); every other turn keeps its rollout's
+    flat advantage. With a mix of worlds (``[mix]``) the metrics are also given per world, and
     ``baselines`` (each world's random and untrained scores) make its normalised score.
     Useful work is reported relative to this step's own average rollout (the average over all
     its groups, every team size alike), as the reference work measures it. Returns (samples,
@@ -248,37 +215,31 @@ def step_samples(
     sampling replaced some)."""
     samples: list[Sample] = []
     staleness: list[int] = []  # each episode's, in group and member order
-    if cfg.advantage == "individual" and credits is None:
-        credits = group_credits(groups)
+    if credited is None:
+        credited = credit_for(cfg).assign(step, groups).turns
     if ids is None:
         ids = range(step * draws_per_step(cfg), step * draws_per_step(cfg) + len(groups))
     worlds = [world_of(cfg, g).label for g in ids]
     returns = [group_returns(cfg, episodes) for episodes in groups]
-    spread = {  # world_normalise: each world's spread of returns this step
+    spread = {  # mix.normalise: each world's spread of returns this step
         w: float(np.concatenate([r for r, x in zip(returns, worlds, strict=True) if x == w]).std())
         for w in set(worlds)
     }
     for g, episodes in enumerate(groups):
         adv = group_advantages(returns[g], cfg.std_normalise)
-        if cfg.world_normalise:
+        if cfg.mix is not None and cfg.mix.normalise:
             adv = adv / (spread[worlds[g]] + 1e-6)
-        if cfg.advantage == "individual":
-            assert credits is not None
-            per_agent = individual_advantages(episodes, credits[g])
         for i, ep in enumerate(episodes):
             versions = [t.version for t in ep.turns if t.policy == "trained"]
             staleness.append(step - min(versions) if versions else 0)
             weight = stale_weight(cfg, staleness[-1])
             if weight is None:
                 continue
-            forked = turn_credit[g][i] if turn_credit is not None else {}
+            own = credited[g][i]
             for j, t in enumerate(ep.turns):
                 if not trained_turn(t):
                     continue
-                if cfg.advantage == "individual":
-                    a = per_agent[i][t.agent]
-                else:
-                    a = forked.get(j, adv[i])
+                a = own.get(j, adv[i])
                 samples.append(
                     Sample(
                         t.prompt,
@@ -295,7 +256,7 @@ def step_samples(
     each = [signs(e) for episodes in groups for e in episodes]  # (read once, for every table)
     metrics = step_metrics(cfg, ids, groups, returns, staleness, each, everything)
     metrics["signal_groups"] = sum(1 for r in returns if has_signal(r))
-    if cfg.worlds:
+    if cfg.mix is not None:
         per_world = {
             w.label: step_metrics(
                 cfg,
@@ -448,27 +409,28 @@ def validate(cfg: TrainConfig) -> None:
     episode config, world and organisation, and the memory the concurrent episodes need at
     least. Raises ValueError with one line."""
     check_training(cfg)
-    if cfg.commons != "off":
-        cls = resolve_world(cfg.world)
+    commons, (world, *_) = cfg.commons.kind, cfg.worlds
+    if commons != "off":
+        cls = resolve_world(world.world)
         if not cls.commons:
             raise ValueError(
-                f"commons = {cfg.commons!r}: world {cfg.world!r} declares no commons (a world "
+                f"commons = {commons!r}: world {world.world!r} declares no commons (a world "
                 'names the constructor parameter that receives it: `commons = "..."`; '
                 "library has one)"
             )
-        if cls.commons in cfg.params:
+        if cls.commons in world.params:
             raise ValueError(
-                f"commons = {cfg.commons!r}: params sets {cls.commons!r}, which the run's "
+                f"commons = {commons!r}: params sets {cls.commons!r}, which the run's "
                 "commons fills: drop it from params"
             )
         hint = typing.get_type_hints(cls.__init__).get(cls.commons)
         if hint is None or Commons not in (hint, *typing.get_args(hint)):
             raise ValueError(
-                f"commons = {cfg.commons!r}: world {cfg.world!r} says its commons is the "
+                f"commons = {commons!r}: world {world.world!r} says its commons is the "
                 f"parameter {cls.commons!r}, which its constructor does not take as a "
                 "collective.world.Commons"
             )
-        if cfg.commons == "credit" and "frozen" in _policies_of(cfg.org):
+        if commons == "credit" and "frozen" in _policies_of(cfg.org):
             raise ValueError(
                 f"commons = 'credit' with org = {cfg.org!r}: a re-run answers every agent with "
                 "the trained weights, so the frozen sub-agents' turns would change with the "
@@ -480,29 +442,30 @@ def validate(cfg: TrainConfig) -> None:
             f"({', '.join(trained_roles(cfg.org))}), so one policy already is per role; use "
             "org = 'ceo' or 'orchestrator:trained', or drop role_policies"
         )
-    if cfg.advantage == "turn" and "frozen" in _policies_of(cfg.org):
+    turn = cfg.advantage if isinstance(cfg.advantage, Turn) else None
+    if turn is not None and "frozen" in _policies_of(cfg.org):
         raise ValueError(
             "advantage = 'turn' with org = 'orchestrator': a fork answers every agent with the "
             "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
             "weights; use another advantage or another org"
         )
-    if cfg.advantage == "turn" and (
+    if turn is not None and (
         why := fork_budget(
-            cfg.fork_turns, cfg.fork_samples, cfg.groups_per_step * cfg.group_size, cfg.steps
+            turn.turns, turn.samples, cfg.groups_per_step * cfg.group_size, cfg.steps
         )
     ):
         raise ValueError(f"advantage = 'turn': {why}")
-    if cfg.advantage == "turn" and cfg.fork_horizon > 0:
+    if turn is not None and turn.horizon > 0:
         longest = max(time_limit_at(cfg, step, w) for w in mix(cfg) for step in (0, cfg.steps - 1))
-        if cfg.fork_horizon >= longest:
+        if turn.horizon >= longest:
             raise ValueError(
-                f"fork_horizon = {cfg.fork_horizon:g} s reaches past every episode's end (the "
+                f"advantage.horizon = {turn.horizon:g} s reaches past every episode's end (the "
                 f"longest time limit is {longest:g} s): every fork would be read at the end, "
-                "as fork_horizon = 0 says; set 0 or a horizon shorter than the time limit"
+                "as horizon = 0 says; set 0 or a horizon shorter than the time limit"
             )
     for episode in first_configs(cfg):
-        if cfg.commons != "off":  # (as its episodes will be: with the commons' parameter)
-            episode = CommonsStore(cfg, resolve_world(cfg.world).commons).apply(episode, 0)
+        if commons != "off":  # (as its episodes will be: with the commons' parameter)
+            episode = CommonsStore(cfg, resolve_world(world.world).commons).apply(episode, 0)
         check_runnable(episode)
 
 
@@ -516,9 +479,9 @@ def check_init(cfg: TrainConfig, model: Any) -> None:
     """A run that starts from a checkpoint has the checkpoint's shape; its config must say so
     (``load_config`` fills [model] from the checkpoint where the config leaves it out)."""
     have = getattr(model, "config", None)
-    if cfg.backend != "tiny" or have is None:
+    if cfg.model.kind != "tiny" or have is None:
         return
-    want = msgspec.structs.replace(cfg.model, seed=have.seed)
+    want = msgspec.structs.replace(cfg.tiny, seed=have.seed)
     if want != have:
         diff = ", ".join(
             f"{f} = {getattr(have, f)} (config says {getattr(want, f)})"
@@ -596,7 +559,7 @@ def _train(
         if isinstance(e, RuntimeError) and "can't allocate memory" not in str(e):
             raise  # torch's allocator says RuntimeError; anything else is not about memory
         raise ValueError(
-            f"the model ({cfg.model if cfg.backend == 'tiny' else cfg.hf_model}) needs more "
+            f"the model ({cfg.tiny if cfg.model.kind == 'tiny' else cfg.hf.path}) needs more "
             "memory than half of what this machine has available (the other half is the run's)"
         ) from None
     check_init(cfg, model)
@@ -615,8 +578,8 @@ def _train(
         state, serving_weights = restored
     # commons = "on"/"credit": the run's commons, as the last finished step left it
     commons = (
-        CommonsStore(cfg, resolve_world(cfg.world).commons, state.commons)
-        if cfg.commons != "off"
+        CommonsStore(cfg, resolve_world(cfg.worlds[0].world).commons, state.commons)
+        if cfg.commons.kind != "off"
         else None
     )
     if state.step >= cfg.steps:
@@ -625,7 +588,7 @@ def _train(
     # A mix of worlds: each world's random and untrained scores, its normalised score's zero
     # points (collective/rl/baselines.py), measured once, before the first step.
     baselines = Baselines.load(run.path) if resume else None
-    if cfg.worlds and baselines is None:
+    if cfg.mix is not None and baselines is None:
         untrained = serving_weights[0] if 0 in serving_weights else backend.weights(model)
         baselines = measure_baselines(cfg, backend.policy_for(model, untrained, 0))
     args = RolloutArgs(
@@ -649,7 +612,7 @@ def _train(
         if baselines is not None:
             baselines.save(run.path)
         schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)] if cfg.logger != "none" else []
-        logger = open_logger(cfg.logger, cfg, run.path, state.step, schedule)
+        logger = open_logger(cfg.logger, flat_fields(cfg), run.path, state.step, schedule)
     except BaseException:
         rollouts.close()
         if not resume:
@@ -668,6 +631,8 @@ def _train(
     done: list[StepMetrics] = []
     quiet = _NoSignal()
 
+    credit = credit_for(cfg, fork_policies(cfg, backend, model, serving_weights))
+
     def signal(episodes: list[Episode]) -> bool:
         return has_signal(group_returns(cfg, episodes))
 
@@ -677,16 +642,10 @@ def _train(
             for step in range(state.step, cfg.steps):
                 drawn = await rollouts.groups(step, signal if cfg.resample else None)
                 groups = drawn.groups
-                credits = turn_credit = None
-                fork_rollouts = 0
-                if cfg.advantage == "individual":  # counterfactual re-runs, off the event loop
-                    credits = await trio.to_thread.run_sync(group_credits, groups)
-                elif cfg.advantage == "turn":  # forks, off the event loop too
-                    turn_credit, fork_rollouts = await trio.to_thread.run_sync(
-                        step_turn_credit, cfg, step, groups, backend, model, serving_weights
-                    )
+                # (re-runs and forks: off the event loop)
+                credited = await trio.to_thread.run_sync(credit.assign, step, groups)
                 samples, m, used = step_samples(
-                    cfg, step, groups, credits, turn_credit, baselines, drawn.ids
+                    cfg, step, groups, credited.turns, baselines, drawn.ids
                 )
                 m["resampled_groups"] = len(drawn.flat)  # (a reserve played: one group dropped)
                 if commons is not None:  # credit re-runs (off the event loop), then the merge
@@ -716,7 +675,7 @@ def _train(
                     version=version,
                     rollout_batch_mean=rollouts.batch_mean,
                     wall_time=time.perf_counter() - t_start,
-                    fork_rollouts=fork_rollouts,
+                    fork_rollouts=credited.rollouts,
                     **m,
                     **stats,
                 )

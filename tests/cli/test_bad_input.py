@@ -560,7 +560,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "hf_server on tiny",
         [*TRAIN, "--set", 'hf_server="sglang:http://127.0.0.1:1"'],
         2,
-        "backend = 'tiny' ignores hf_server = 'sglang:http://127.0.0.1:1'",
+        "model = 'tiny' has no hf_server = \"sglang:http://127.0.0.1:1\"",
     ),
     (
         "hf_server garbled",
@@ -582,7 +582,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("10^12 in flight", [*TRAIN, "--set", "concurrency=1000000000000"], 2, "agents need at least"),
     ("model too big", [*TRAIN, "--set", "model.d_model=1000000"], 2, "needs more memory"),
     ("bad model shape", [*TRAIN, "--set", "model.n_heads=3"], 2, "not divisible"),
-    ("hf without a model", [*TRAIN, "--set", 'backend="hf"'], 2, "needs hf_model"),
+    ("hf without a model", [*TRAIN, "--set", 'backend="hf"'], 2, "needs model.path"),
     ("unknown cluster", [*TRAIN, "--set", "cluster.backend=slurm"], 2, "Invalid enum value"),
     ("no workers", [*TRAIN, "--set", "cluster.rollout_workers=0"], 2, "rollout_workers must be"),
     (

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from collective import ActionSpace, ArgSpec, ToolSpec
-from collective.rl.train import Learner, Sample, TrainConfig
+from collective.rl.config import read_config
+from collective.rl.train import Learner, Sample
 from policy.base import PolicyRequest, TrainableModel
 from policy.hf.grammar import GrammarError, unpack
 from policy.hf.model import HFModel, check_model_dir, placement
@@ -143,7 +144,7 @@ def test_on_policy_every_ratio_is_one_within_1e4_in_float32(tokenizer):
     )
     for s, lp in zip(samples, lps, strict=True):
         assert lp.detach().tolist() == pytest.approx(s.logprobs, abs=1e-4)
-    stats = Learner(model, TrainConfig(temperature=0.8, learning_rate=1e-3)).step(samples)
+    stats = Learner(model, read_config(dict(temperature=0.8, learning_rate=1e-3))).step(samples)
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert stats["clip_fraction"] == 0.0
 
@@ -161,7 +162,7 @@ def test_a_step_moves_the_sampled_tokens_the_advantages_way_and_survives_a_reloa
         Sample(p, o, SPACE, lp.tolist(), advantage, 1.0, 4)
         for p, o, lp in zip(PROMPTS, outputs, own, strict=True)
     ]
-    Learner(model, TrainConfig(learning_rate=3e-3, clip=0.9)).step(samples)
+    Learner(model, read_config(dict(learning_rate=3e-3, clip=0.9))).step(samples)
     assert model.version == 5
     trained = total(model, outputs)
 
@@ -192,7 +193,7 @@ def test_lora_trains_only_adapters_and_its_kl_reference_is_the_base_model(tokeni
         Sample(p, o, SPACE, lp.tolist(), 1.0, 1.0, 0)
         for p, o, lp in zip(PROMPTS, outputs, lps, strict=True)
     ]
-    learner = Learner(model, TrainConfig(learning_rate=1e-2, kl_coef=0.1, clip=0.9))
+    learner = Learner(model, read_config(dict(learning_rate=1e-2, kl_coef=0.1, clip=0.9)))
     assert learner.reference.model is model  # no copy: the same module, adapters switched off
     first = learner.step(samples)
     assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # lora_B starts at zero: base == policy

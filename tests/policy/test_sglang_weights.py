@@ -380,7 +380,8 @@ def test_rlcr_sends_each_new_version_over_the_group_and_writes_none(sglang_train
     server = FakeSGLang(start, deterministic=True).start()
     try:
         cfg = sglang_train_config(start, [server.url])
-        cfg = msgspec.structs.replace(cfg, hf_server=f"sglang:{server.url} weights=distributed")
+        served = msgspec.structs.replace(cfg.hf, server=f"sglang:{server.url} weights=distributed")
+        cfg = msgspec.structs.replace(cfg, model=served)
         rows = train(cfg, tmp_path / "run", progress=False)
         assert [r.version for r in rows] == [1, 2, 3]
         assert server.weight_version == "3"

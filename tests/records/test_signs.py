@@ -13,8 +13,9 @@ import pytest
 from collective import EpisodeConfig, run_episodes
 from collective.records import Fired, Hired
 from collective.records.signs import signs
+from collective.rl.config import read_config
 from collective.rl.rundir import StepMetrics
-from collective.rl.train import TrainConfig, step_samples
+from collective.rl.train import step_samples
 from policy.base import PolicyRequest
 from policy.uniform import RandomPolicy
 from tests.support.episodes import run
@@ -114,7 +115,7 @@ def test_a_steps_metrics_count_landed_work_and_talk_by_team() -> None:
         )
         for i in range(2)
     ]
-    cfg = TrainConfig(world="tally", team_sizes=(1, 2), groups_per_step=2, group_size=2)
+    cfg = read_config(dict(world="tally", team_sizes=(1, 2), groups_per_step=2, group_size=2))
     _, m, used = step_samples(cfg, 0, [solo, pair])
     assert all(used)
     every = [signs(e) for e in solo + pair]

@@ -18,14 +18,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective.rl.config import (
-    COMMONS_ONLY,
     DOMAINS,
-    HF_ONLY,
-    MIX_ONLY,
+    HF,
     STRINGS,
-    TURN_ONLY,
+    CommonsCredit,
+    Mix,
+    Tiny,
     TrainConfig,
+    Turn,
+    WorldEntry,
     load_config,
+    read_config,
 )
 
 
@@ -41,19 +44,20 @@ def at_least(n: int) -> Callable[[int], bool]:
     return lambda x: n <= x <= 2**63 - 1  # (config.toml is TOML: 64-bit integers)
 
 
-# What each number may be (the spec the validator is checked against).
+# What each number may be, by its path in the tree (the spec the validator is checked against).
 SPEC: dict[str, Callable[[Any], bool]] = {
     "steps": at_least(1),
     "groups_per_step": at_least(1),
     "group_size": at_least(2),
     "seed": lambda x: 0 <= x <= 2**64 - 1,
     "resample": at_least(0),
-    "time_limit_start": finite_positive,
-    "time_limit_end": finite_positive,
+    "worlds.time_limit_start": finite_positive,
+    "worlds.time_limit_end": finite_positive,
+    "worlds.weight": finite_non_negative,
     "latency_penalty": finite_non_negative,
-    "fork_turns": at_least(1),
-    "fork_samples": at_least(1),
-    "fork_horizon": finite_non_negative,
+    "advantage.turns": at_least(1),
+    "advantage.samples": at_least(1),
+    "advantage.horizon": finite_non_negative,
     "learning_rate": finite_positive,
     "clip": lambda x: 0 < x < 1,
     "normaliser": finite_positive,
@@ -65,22 +69,37 @@ SPEC: dict[str, Callable[[Any], bool]] = {
     "max_staleness": at_least(0),
     "concurrency": at_least(1),
     "channel_capacity": at_least(1),
-    "lora_rank": at_least(0),
-    "lora_alpha": finite_positive,
-    "logit_chunk": at_least(1),
-    "hf_batch": at_least(1),
+    "model.lora_rank": at_least(0),
+    "model.lora_alpha": finite_positive,
+    "model.logit_chunk": at_least(1),
+    "model.batch": at_least(1),
     "weight_decay": finite_non_negative,
     "temperature": finite_positive,
-    "top_p": lambda x: 0 < x <= 1,
+    "model.top_p": lambda x: 0 < x <= 1,
     "max_output_tokens": at_least(1),
     "snapshot_every": at_least(1),
-    "commons_size": at_least(1),
-    "commons_credit_entries": at_least(1),
-    "commons_credit_reruns": at_least(1),
-    "commons_discount": lambda x: 0 <= x <= 1,
-    "baseline_episodes": at_least(1),
+    "commons.size": at_least(1),
+    "commons.entries": at_least(1),
+    "commons.reruns": at_least(1),
+    "commons.discount": lambda x: 0 <= x <= 1,
+    "mix.baseline_episodes": at_least(1),
 }
-HINTS = typing.get_type_hints(TrainConfig)
+#: The struct each table's settings live in (the branch that reads them all, for a union).
+TABLES: dict[str, type] = {
+    "": TrainConfig,
+    "worlds.": WorldEntry,
+    "mix.": Mix,
+    "advantage.": Turn,
+    "commons.": CommonsCredit,
+    "model.": HF,
+}
+#: What a table is when it is no number: a table or a union of them (checked where it is read).
+NESTED = {"worlds", "mix", "advantage", "commons", "model", "cluster"}
+
+
+def hint(path: str) -> Any:
+    table, _, leaf = path.rpartition(".")
+    return typing.get_type_hints(TABLES[f"{table}." if table else ""])[leaf]
 
 
 @pytest.fixture(scope="module")
@@ -92,15 +111,21 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_field_has_a_domain() -> None:
     """Every number has a domain; every string is named with what checks it; the rest are
-    Literal or bool (their type is their domain)."""
-    for name, hint in HINTS.items():
-        if hint in (int, float) or name == "team_sizes":
-            assert name in DOMAINS and (name in SPEC or name == "team_sizes"), name
-        elif hint is bool or typing.get_origin(hint) is typing.Literal:
-            continue
-        else:
-            assert name in STRINGS, f"{name}: {hint} has no domain and nothing checks it"
-    assert set(DOMAINS) == set(SPEC) | {"team_sizes"}
+    Literal or bool (their type is their domain) or tables. The tiny shape's numbers are
+    TinyConfig's to check."""
+    for prefix, cls in TABLES.items():
+        for name, h in typing.get_type_hints(cls).items():
+            path = prefix + name
+            if h in (int, float) or path == "worlds.team_sizes":
+                assert path in DOMAINS and (path in SPEC or path == "worlds.team_sizes"), path
+            elif h is bool or typing.get_origin(h) is typing.Literal or path in NESTED:
+                continue
+            else:
+                assert path in STRINGS, f"{path}: {h} has no domain and nothing checks it"
+    assert set(DOMAINS) == set(SPEC) | {"worlds.team_sizes"}
+    with pytest.raises(ValueError, match="d_model must be >= 1"):
+        read_config({"model": {"kind": "tiny", "d_model": 0}})
+    assert isinstance(TrainConfig().model, Tiny)
 
 
 def _toml(value: int | float) -> str:
@@ -135,38 +160,48 @@ def test_a_number_outside_its_domain_is_refused_in_one_line_naming_field_and_val
 
 
 def _check(base: Path, name: str, value: int | float) -> None:
-    """``--set NAME=VALUE`` is accepted exactly when the value is in its domain (and of the
-    field's type); refused, it is one line naming the field (and the value, when the type was
-    right and the domain refused it)."""
+    """``--set NAME=VALUE`` (a world's settings: written in its ``[[worlds]]`` table) is
+    accepted exactly when the value is in its domain (and of the field's type); refused, it is
+    one line naming the field (and the value, when the type was right and the domain refused
+    it)."""
+    table, _, leaf = name.rpartition(".")
     settings_ = [f"{name}={_toml(value)}"]
-    if name in HF_ONLY:  # (with the tiny backend they are refused for doing nothing)
-        settings_.append('backend="hf"')
-    if name in TURN_ONLY:  # (and these without advantage = "turn")
-        settings_.append('advantage="turn"')
-    if name in COMMONS_ONLY:  # (and these without commons = "credit")
-        settings_.append('commons="credit"')
-    if name in MIX_ONLY:  # (and these without [[worlds]], which replaces the top-level world,
-        settings_.append('worlds=[{world = "tally"}]')  # refused beside it even at its default)
-        base = base.with_name("no-world.toml")
-        base.write_text("")
-    fits_type = isinstance(value, int) or HINTS[name] is float
+    if table in ("advantage", "commons", "model"):  # (the branch that reads it)
+        kind = {"advantage": "turn", "commons": "credit", "model": "hf"}[table]
+        settings_.insert(0, f"{table}={kind}")
+    if table == "worlds":
+        settings_ = []
+        base = base.with_name(f"world-{abs(hash((name, repr(value))))}.toml")
+        other = '\n[[worlds]]\nworld = "workshop"\n'  # (a weight of 0 leaves it the sum)
+        base.write_text(f'[[worlds]]\nworld = "tally"\n{leaf} = {_toml(value)}\n{other}')
+    fits_type = isinstance(value, int) or hint(name) is float
     try:
         cfg = load_config(base, settings_)
     except ValueError as e:
         message = str(e)
-        assert "\n" not in message and name in message, message
+        assert "\n" not in message and leaf in message, message
         if fits_type:  # the type was right: the domain refused it, and says what it was
             assert not SPEC[name](value), f"{name} = {value!r} is in its domain: {message}"
-            assert f"{name} must be" in message or "out of range" in message, message
+            assert f"{leaf} must be" in message or "out of range" in message, message
             if "must be" in message:
                 assert f"not {value!r}" in message or f"not {float(value)!r}" in message
         return
-    got = getattr(cfg, name)
+    node: Any = cfg.worlds[0] if table == "worlds" else getattr(cfg, table) if table else cfg
+    got = getattr(node, leaf)
     assert fits_type and SPEC[name](got), f"{name} = {value!r} accepted as {got!r}"
 
 
-@pytest.mark.parametrize("field", HF_ONLY)
-def test_a_setting_the_tiny_backend_would_ignore_is_refused(field: str) -> None:
+@pytest.mark.parametrize(
+    "field",
+    [
+        *("hf_model", "hf_build", "hf_server", "dtype", "lora_rank", "lora_alpha"),
+        *("gradient_checkpointing", "logit_chunk", "hf_batch", "top_p"),
+    ],
+)
+def test_a_setting_the_tiny_model_would_ignore_is_refused(field: str) -> None:
+    """The hf settings, in the flat form, live in the hf branch of [model]: beside the tiny
+    model they cannot be written (one line naming it); at their default (as a run directory's
+    config.toml writes them) they are dropped."""
     changed = {
         "hf_model": "m",
         "hf_build": "tiny-lm",
@@ -179,11 +214,12 @@ def test_a_setting_the_tiny_backend_would_ignore_is_refused(field: str) -> None:
         "hf_batch": 2,
         "top_p": 0.9,
     }[field]
-    with pytest.raises(ValueError, match=rf"backend = 'tiny' ignores {field} = "):
-        TrainConfig(**{field: changed})  # type: ignore[arg-type]
-    assert TrainConfig(backend="hf", **{field: changed}).backend == "hf"  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="ignores device = 'cuda'"):
-        TrainConfig(device="cuda")
+    with pytest.raises(ValueError, match=rf"model = 'tiny' has no {field} = "):
+        read_config({field: changed})
+    assert read_config({"backend": "hf", field: changed}).model.kind == "hf"
+    with pytest.raises(ValueError, match='device = "cuda" does nothing for the tiny model'):
+        read_config({"device": "cuda"})
+    assert read_config({"device": "cpu"}) == TrainConfig()
 
 
 def test_a_nucleus_reaches_every_episode_and_the_learner(tmp_path: Path) -> None:
@@ -193,7 +229,7 @@ def test_a_nucleus_reaches_every_episode_and_the_learner(tmp_path: Path) -> None
     from collective.rl.backend import HFBackend
     from collective.rl.rollouts import first_configs
 
-    cfg = TrainConfig(backend="hf", hf_model="m", top_p=0.8)
+    cfg = read_config({"model": {"kind": "hf", "path": "m", "top_p": 0.8}})
     assert [c.nucleus for c in first_configs(cfg)] == [0.8] * len(first_configs(cfg))
     scored: dict[str, object] = {}
 
@@ -204,7 +240,7 @@ def test_a_nucleus_reaches_every_episode_and_the_learner(tmp_path: Path) -> None
 
     HFBackend(cfg, tmp_path).token_logprobs(Scored(), [], [], [], 1.0)
     assert scored["top_p"] == 0.8
-    served = TrainConfig(backend="hf", hf_model="m", top_p=0.8, hf_server="sglang:http://h:1")
+    served = read_config(dict(backend="hf", hf_model="m", top_p=0.8, hf_server="sglang:http://h:1"))
     with pytest.raises(ValueError, match=r"top_p = 0.8 is sampled in-process only"):
         HFBackend(served, tmp_path)
     assert {c.top_p for c in first_configs(TrainConfig())} == {msgspec.UNSET}

@@ -13,6 +13,7 @@ import pytest
 from collective import EpisodeConfig, run_episodes
 from collective.records.signs import score_at
 from collective.replay import fork, prefix
+from collective.rl.config import Turn, read_config
 from collective.rl.forks import group_turn_advantages, sample_turns, turn_advantages
 from collective.rl.train import TrainConfig, group_advantages, step_samples
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
@@ -82,8 +83,8 @@ def test_step_samples_give_forked_turns_their_own_advantage(group: list) -> None
         [group], lambda ep: policy(), turns=2, samples=1, horizon=0.0, seed=0
     )
     assert runs == 4 and [len(d) for d in credit[0]] == [2, 2]
-    cfg = TrainConfig(advantage="turn", team_sizes=(2,), groups_per_step=1, group_size=2)
-    samples, _, used = step_samples(cfg, 0, [group], turn_credit=credit)
+    cfg = read_config(dict(advantage="turn", team_sizes=(2,), groups_per_step=1, group_size=2))
+    samples, _, used = step_samples(cfg, 0, [group], credit)
     assert all(used)
     flat = group_advantages(__import__("numpy").array([e.score for e in group]), False)
     want = [
@@ -99,7 +100,7 @@ def test_step_samples_give_forked_turns_their_own_advantage(group: list) -> None
 def test_fork_settings_are_checked_at_the_boundary() -> None:
     for field, bad in (("fork_turns", 0), ("fork_samples", 0), ("fork_horizon", -1.0)):
         with pytest.raises(ValueError, match=field):
-            TrainConfig(**{field: bad})
+            read_config({field: bad})
 
 
 def test_a_fork_horizon_past_every_episodes_end_is_refused_before_any_episode(
@@ -109,7 +110,9 @@ def test_a_fork_horizon_past_every_episodes_end_is_refused_before_any_episode(
     from tests.support.training import small_train
 
     cfg = small_train(steps=1, advantage="turn", fork_horizon=60.0)  # (its limit is 60 s)
-    with pytest.raises(ValueError, match=r"fork_horizon = 60 s reaches past every episode's end"):
+    with pytest.raises(
+        ValueError, match=r"advantage.horizon = 60 s reaches past every episode's end"
+    ):
         train(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists(), "refused before anything was written"
 
@@ -120,11 +123,11 @@ def test_fork_settings_are_refused_where_they_would_do_nothing() -> None:
     they existed stay valid; under "turn" the digest covers them."""
     from experiments.resumable import train_digest
 
-    with pytest.raises(ValueError, match=r"advantage = 'collective' ignores fork_samples = 3"):
-        TrainConfig(fork_samples=3)
-    assert train_digest(TrainConfig()) == train_digest(TrainConfig(seed=0))
-    turn = TrainConfig(advantage="turn")
-    assert train_digest(turn) != train_digest(TrainConfig(advantage="turn", fork_samples=3))
+    with pytest.raises(ValueError, match=r"advantage = 'collective' has no fork_samples = 3"):
+        read_config(dict(fork_samples=3))
+    assert train_digest(TrainConfig()) == train_digest(read_config(dict(seed=0)))
+    turn = read_config(dict(advantage="turn"))
+    assert train_digest(turn) != train_digest(read_config(dict(advantage="turn", fork_samples=3)))
 
 
 def test_a_turn_credit_run_forks_each_rollout_and_reruns_alike(tmp_path: Path) -> None:
@@ -157,7 +160,8 @@ def test_a_turn_credit_run_forks_each_rollout_and_reruns_alike(tmp_path: Path) -
         for path in names:
             ep = load_episode(path)
             able = sum(t.policy == "trained" and bool(t.token_ids) for t in ep.turns)
-            want += min(able, cfg.fork_turns) * cfg.fork_samples
+            assert isinstance(cfg.advantage, Turn)
+            want += min(able, cfg.advantage.turns) * cfg.advantage.samples
         assert m["fork_rollouts"] == want > 0
 
 
@@ -166,6 +170,8 @@ def test_turn_credit_is_refused_where_forks_cannot_use_the_right_weights() -> No
     from tests.support.training import small_train
 
     with pytest.raises(ValueError, match="advantage = 'turn' needs the weights"):
-        TrainConfig(backend="hf", hf_model="x", hf_server="sglang:http://h:1", advantage="turn")
+        read_config(
+            dict(backend="hf", hf_model="x", hf_server="sglang:http://h:1", advantage="turn")
+        )
     with pytest.raises(ValueError, match="org = 'orchestrator'"):
         validate(small_train(advantage="turn", org="orchestrator"))

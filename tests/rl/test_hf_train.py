@@ -158,7 +158,8 @@ def test_bad_learner_settings_stop_the_run_before_any_episode(tmp_path: Path) ->
     with pytest.raises(FileNotFoundError, match=f"model directory '{missing}' does not exist"):
         train(cfg, tmp_path / "run2", progress=False)
     with pytest.raises(
-        ValueError, match=r"train config: lora_rank must be >= 0 \(a 64-bit integer\), not -1"
+        ValueError,
+        match=r"train config: model\.lora_rank must be >= 0 \(a 64-bit integer\), not -1",
     ):
         load_config(CONFIG, ["lora_rank=-1"])
     assert not list((tmp_path / "run2" / "episodes").glob("*.msgpack"))

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from collective.rl.config import read_config
 from collective.rl.plots import plot_run, returns_figure
 from collective.rl.rundir import read_metrics
-from collective.rl.train import TrainConfig, train
+from collective.rl.train import train
 from policy.tiny import TinyConfig
 
 SMALL = dict(
@@ -31,7 +32,9 @@ SMALL = dict(
 def test_returns_draws_a_time_limit_axis_only_where_the_limit_changes(
     tmp_path: Path, schedule: str, start: float, end: float
 ) -> None:
-    cfg = TrainConfig(**SMALL, time_limit=schedule, time_limit_start=start, time_limit_end=end)  # type: ignore[arg-type]
+    cfg = read_config(
+        dict(**SMALL, time_limit=schedule, time_limit_start=start, time_limit_end=end)
+    )
     train(cfg, tmp_path / "run", progress=False)
     rows = read_metrics(tmp_path / "run")
     fig = returns_figure(rows)

@@ -392,7 +392,7 @@ def test_with_lag_a_fleet_keeps_each_episode_to_one_version_by_disk_and_from_mem
                 cluster=ClusterConfig(backend="ray", rollout_workers=1),
             )
             spec = f"sglang:{','.join(urls)} weights={weights}"
-            cfg = msgspec.structs.replace(cfg, hf_server=spec)
+            cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.hf, server=spec))
             train(cfg, tmp_path / weights, progress=False)
             versions = _versions(tmp_path / weights)
             assert len(versions) == 8

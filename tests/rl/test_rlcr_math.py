@@ -9,8 +9,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collective.rl.config import read_config
 from collective.rl.train import (
-    TrainConfig,
     clipped_pg_loss,
     group_advantages,
     load_config,
@@ -53,7 +53,7 @@ def test_the_latency_penalty_is_applied_as_written() -> None:
     ("kind", "end"), [("constant", 100.0), ("linear", 250.0), ("geometric", 200.0)]
 )
 def test_time_limit_schedules(kind: str, end: float) -> None:
-    cfg = TrainConfig(steps=11, time_limit=kind, time_limit_start=100.0, time_limit_end=end)
+    cfg = read_config(dict(steps=11, time_limit=kind, time_limit_start=100.0, time_limit_end=end))
     values = [time_limit_at(cfg, s) for s in range(11)]
     assert values[0] == 100.0 and values[-1] == pytest.approx(end)
     if kind == "linear":
@@ -162,9 +162,9 @@ def test_configs_are_validated_with_the_field_named(tmp_path) -> None:
     with pytest.raises(ValueError, match="stepz"):
         load_config(bad)
     with pytest.raises(ValueError, match="group_size must be >= 2"):
-        TrainConfig(group_size=1)
+        read_config(dict(group_size=1))
     ok = tmp_path / "ok.toml"
     ok.write_text("steps = 3\n[model]\nd_model = 32\n")
     cfg = load_config(ok, ["steps=5", "model.n_layers=1", "world=examples/garden.py:Garden"])
     assert (cfg.steps, cfg.model.d_model, cfg.model.n_layers) == (5, 32, 1)
-    assert cfg.world == "examples/garden.py:Garden"
+    assert cfg.worlds[0].world == "examples/garden.py:Garden"

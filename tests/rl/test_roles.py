@@ -92,7 +92,7 @@ def test_role_policies_refuse_what_they_cannot_do(over: dict, says: str) -> None
 
 
 def test_role_policies_refuse_the_hf_backend_and_ray() -> None:
-    with pytest.raises(ValueError, match="role_policies is built for backend = 'tiny'"):
+    with pytest.raises(ValueError, match=r"role_policies is built for model\.kind = 'tiny'"):
         small_train(role_policies=True, org="ceo", backend="hf", hf_model="x")
     with pytest.raises(ValueError, match=r"cluster\.backend = 'local'"):
         small_train(role_policies=True, org="ceo", cluster=ClusterConfig(backend="ray"))
@@ -108,7 +108,7 @@ def test_each_role_trains_its_own_model_and_a_resume_is_exact(tmp_path: Path) ->
     cfg = small_train(role_policies=True, org="orchestrator:trained", team_sizes=(3,), steps=2)
     train(cfg, tmp_path / "a", progress=False)
     roles = tmp_path / "a" / "checkpoints" / "roles"
-    start = TinyModel.fresh(cfg.model).net.state_dict()
+    start = TinyModel.fresh(cfg.tiny).net.state_dict()
     moved = {}
     for r in ("orchestrator", "sub"):
         w = TinyModel.load(roles / r / "latest.pt").net.state_dict()
@@ -182,7 +182,7 @@ def test_two_roles_trained_apart_improve_together(tmp_path: Path) -> None:
         r: TinyModel.load(tmp_path / "run" / "checkpoints" / "roles" / r / "latest.pt")
         for r in roles
     }
-    fresh = TinyModel.fresh(cfg.model)
+    fresh = TinyModel.fresh(cfg.tiny)
     held_out = [
         msgspec.structs.replace(EPISODE, agents=2, world_seed=10_000 + k, sample_seed=k)
         for k in range(16)

@@ -151,7 +151,7 @@ def test_stale_episodes_are_dropped_and_counted(tmp_path: Path) -> None:
 
 def test_orchestrator_sub_agents_are_not_trained() -> None:
     cfg = small_train(world="tally", org="orchestrator", team_sizes=(3,))
-    model = TinyModel.fresh(cfg.model)
+    model = TinyModel.fresh(cfg.tiny)
     configs = [
         EpisodeConfig(
             world="tally",
@@ -200,7 +200,7 @@ def test_flat_advantage_is_shared_by_every_token_of_a_rollout() -> None:
         )
         for i in range(4)
     ]
-    conductor = Conductor(TinyPolicy(TinyModel.fresh(cfg.model)))
+    conductor = Conductor(TinyPolicy(TinyModel.fresh(cfg.tiny)))
     episodes = trio.run(lambda: conductor.play(configs, concurrency=4))
     samples, _, _ = step_samples(cfg, 0, [episodes])
     returns = np.array([e.score for e in episodes])
@@ -224,19 +224,19 @@ def test_learning_for_real_in_a_world_where_parallel_work_pays(tmp_path: Path) -
     cfg = load_config(ROOT / "configs" / "learn.toml", ["team_sizes=[2]", "steps=16"])
     train(cfg, tmp_path / "run", progress=False)
     trained = TinyModel.load(tmp_path / "run" / "checkpoints" / "latest.pt")
-    untrained = TinyModel.fresh(cfg.model)
+    untrained = TinyModel.fresh(cfg.tiny)
     held_out = [
         EpisodeConfig(
-            world=cfg.world,
-            params=cfg.params,
+            world=cfg.worlds[0].world,
+            params=cfg.worlds[0].params,
             agents=team,
             world_seed=10_000 + k,
             sample_seed=k,
-            time_limit=cfg.time_limit_end,
+            time_limit=cfg.worlds[0].time_limit_end,
             max_output_tokens=cfg.max_output_tokens,
         )
         for k in range(12)
-        for team in cfg.team_sizes
+        for team in cfg.worlds[0].team_sizes
     ]
     before = np.mean(
         [e.score for e in run_episodes(held_out, TinyPolicy(untrained), concurrency=12)]

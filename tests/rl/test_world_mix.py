@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective.rl.baselines import Baselines, baseline_configs
-from collective.rl.config import TrainConfig, WorldEntry, load_config, mix, world_of
+from collective.rl.config import WorldEntry, load_config, mix, read_config, world_of
 from collective.rl.plots import plot_run
 from collective.rl.rollouts import team_config, team_size
 from collective.rl.rundir import read_metrics
@@ -36,11 +36,13 @@ from tests.support.training import small_mix as mixed
     seed=st.integers(0, 2**32),
 )
 def test_a_groups_world_is_a_seeded_draw_by_weight(weights: list[float], seed: int) -> None:
-    cfg = TrainConfig(
-        seed=seed,
-        worlds=tuple(
-            WorldEntry(world="tally", name=f"w{i}", weight=w) for i, w in enumerate(weights)
-        ),
+    cfg = read_config(
+        dict(
+            seed=seed,
+            worlds=tuple(
+                WorldEntry(world="tally", name=f"w{i}", weight=w) for i, w in enumerate(weights)
+            ),
+        )
     )
     drawn = [world_of(cfg, g).label for g in range(400)]
     assert drawn == [world_of(cfg, g).label for g in range(400)], "a function of (seed, group)"
@@ -56,7 +58,7 @@ def test_a_groups_world_is_a_seeded_draw_by_weight(weights: list[float], seed: i
 def test_one_world_is_the_mix_of_its_top_level_fields() -> None:
     """Without [[worlds]] nothing changes: the groups, their configs and a run's digest are
     what they were before the mix existed (the committed signs-of-life runs still match)."""
-    cfg = TrainConfig(world="tally", team_sizes=(1, 3, 5), seed=4)
+    cfg = read_config(dict(world="tally", team_sizes=(1, 3, 5), seed=4))
     assert [w.world for w in mix(cfg)] == ["tally"]
     assert [team_size(cfg, g) for g in range(6)] == [1, 3, 5, 1, 3, 5]
     assert team_config(cfg, 4, 1, 0).world == "tally"
@@ -169,7 +171,8 @@ def test_a_bad_mix_is_one_line_and_exit_2_before_any_episode(
     tmp_path: Path, setting: str, says: str
 ) -> None:
     config = tmp_path / "mix.toml"
-    config.write_text('[[worlds]]\nworld = "tally"\n' if "worlds=" not in setting else "")
+    # (a [mix] of one world: measured as a mix, so the top-level world settings are refused)
+    config.write_text('[mix]\n\n[[worlds]]\nworld = "tally"\n' if "worlds=" not in setting else "")
     if setting.startswith("world_normalise"):
         config.write_text("")
     out = tmp_path / "run"
@@ -219,7 +222,7 @@ def test_two_built_in_worlds_both_improve_in_one_run(tmp_path: Path) -> None:
     cfg = load_config(ROOT / "configs" / "mix_library.toml")
     train(cfg, tmp_path / "run", progress=False)
     trained = TinyPolicy(TinyModel.load(tmp_path / "run" / "checkpoints" / "latest.pt"))
-    untrained = TinyPolicy(TinyModel.fresh(cfg.model))
+    untrained = TinyPolicy(TinyModel.fresh(cfg.tiny))
     for w in mix(cfg):
         held_out = [
             episode_config(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from collective.rl.config import read_config
 from collective.rl.train import load_config, read_metrics
 from tests.support import ROOT
 from tests.support.busy import scaled
@@ -121,8 +122,9 @@ def test_quick_main_run_writes_every_figure(tmp_path: Path) -> None:
     out, summary = _experiment(tmp_path, "--only", "main")
     assert list(summary["metrics"]) == ["main-s0"] and len(summary["metrics"]["main-s0"]) == 2
     cfg = load_config(out / "runs" / "main-s0" / "config.toml")
-    assert cfg.world == "workshop" and cfg.params["desks"] == "shared" and cfg.org == "flat"
-    assert cfg.model.context == 256 and cfg.latency == "tiny-paced"
+    (world,) = cfg.worlds
+    assert world.world == "workshop" and world.params["desks"] == "shared" and cfg.org == "flat"
+    assert cfg.tiny.context == 256 and cfg.latency == "tiny-paced"
     assert len(summary["findings"]) == 7, "the findings the main run alone can judge"
     # the training curve is read from saved checkpoints, held-out at one limit: step 0 (the
     # initial weights), the kept step, the last
@@ -171,7 +173,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     """The check the full run reports (``orchestrator_frozen``) on real one-step runs: the
     orchestrator's sub-agents answer with the frozen policy and only agent 0's tokens are
     trained; a flat team, where every agent answers with the trained policy, fails it."""
-    from collective.rl.train import TrainConfig, train
+    from collective.rl.train import train
     from experiments.signs_of_life import frozen_check, limit_share, variants
 
     specs = variants(quick=True, steps=1)
@@ -179,7 +181,7 @@ def test_orchestrator_check_tells_frozen_sub_agents_from_trained_ones(tmp_path: 
     for name, variant in (("orchestrator", "orchestrator"), ("flat", "main")):
         fields = {**specs[variant], "groups_per_step": 5, "group_size": 2, "team_sizes": (3,)}
         runs[name] = tmp_path / name
-        train(TrainConfig(**fields), runs[name], progress=False)
+        train(read_config(fields), runs[name], progress=False)
     orch = frozen_check([runs["orchestrator"]])
     assert orch["sub_agents_frozen"] is True, orch
     from experiments.signs_of_life import training_facts as facts_of

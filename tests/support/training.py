@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from collective.rl.config import TrainConfig, WorldEntry
+from collective.rl.config import TrainConfig, WorldEntry, read_config
 from collective.rl.rundir import StepMetrics, read_metrics
 from policy.tiny import TinyConfig
 
@@ -50,7 +50,7 @@ context = 96
 
 def small_train(**over: object) -> TrainConfig:
     """``SMALL_TRAIN`` with ``over`` set."""
-    return TrainConfig(**{**SMALL_TRAIN, **over})  # type: ignore[arg-type]
+    return read_config({**SMALL_TRAIN, **over})
 
 
 def comparable_metrics(run: Path) -> list[dict]:
@@ -89,4 +89,4 @@ def small_mix(**over: object) -> TrainConfig:
         plots=False,
         model=SMALL_TRAIN["model"],
     )
-    return TrainConfig(**{**base, **over})  # type: ignore[arg-type]
+    return read_config({**base, **over})

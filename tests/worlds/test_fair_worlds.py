@@ -15,6 +15,7 @@ import re
 import pytest
 
 from collective.records import Committed, Hired
+from collective.rl.config import read_config
 from collective.rl.credit import LeaveOut, agents_of, leave_one_out
 from policy.base import PolicyRequest
 from tests.support.episodes import run
@@ -147,7 +148,7 @@ def test_a_ceo_who_only_hires_is_credited_with_its_hires_work() -> None:
 
 
 def test_the_per_agent_advantage_credits_the_key_passer() -> None:
-    from collective.rl.train import TrainConfig, step_samples
+    from collective.rl.train import step_samples
 
     def script(passes: bool):
         def s(r: PolicyRequest) -> str:
@@ -161,7 +162,9 @@ def test_the_per_agent_advantage_credits_the_key_passer() -> None:
         run(script(p), world="workshop", params=KEYS_ONLY, agents=2, time_limit=200, sample_seed=i)
         for i, p in enumerate((True, False))
     ]
-    cfg = TrainConfig(advantage="individual", team_sizes=(2,), groups_per_step=1, group_size=2)
+    cfg = read_config(
+        dict(advantage="individual", team_sizes=(2,), groups_per_step=1, group_size=2)
+    )
     samples, metrics, used = step_samples(cfg, 0, [group])
     assert all(used) and metrics["useful_rel"] == {"2": 1.0}
     first = samples[: sum(1 for t in group[0].turns if t.token_ids)]  # the episode that passed
@@ -176,7 +179,7 @@ def test_the_per_agent_advantage_has_a_zero_mean_baseline() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from collective.rl.train import TrainConfig, individual_advantages, step_samples
+    from collective.rl.train import individual_advantages, step_samples
 
     def script(r: PolicyRequest) -> str:
         hire = r.space.tool("hire")
@@ -215,8 +218,10 @@ def test_the_per_agent_advantage_has_a_zero_mean_baseline() -> None:
 
     zero_mean()
     credits = leave_one_out(group)
-    cfg = TrainConfig(advantage="individual", team_sizes=(3,), groups_per_step=1, group_size=2)
-    samples, _, _ = step_samples(cfg, 0, [group], [credits])
+    cfg = read_config(
+        dict(advantage="individual", team_sizes=(3,), groups_per_step=1, group_size=2)
+    )
+    samples, _, _ = step_samples(cfg, 0, [group])  # (its own leave-one-out: the same)
     want = individual_advantages(group, credits)
     turns = [(i, t) for i, e in enumerate(group) for t in e.turns if t.token_ids]
     assert len(samples) == len(turns)
