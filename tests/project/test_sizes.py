@@ -29,12 +29,8 @@ REASON = "Long because"
 #: What exceeds today and is being split, by the file (``path``) or the function
 #: (``path::qualified.name``), with why it is allowed for now.
 KNOWN = {
-    "experiments/signs_of_life.py": "being split in issue 46",
     "collective/rl/sft.py::sft": "being split in issue 46",
     "collective/rl/train.py::_train": "being split in issue 46",
-    "experiments/signs_of_life.py::plots": "being split in issue 46",
-    "experiments/signs_of_life.py::main": "being split in issue 46",
-    "experiments/signs_of_life.py::write_readme": "being split in issue 46",
 }
 
 

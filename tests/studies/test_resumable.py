@@ -124,7 +124,7 @@ def test_a_measurement_is_reused_only_under_its_own_digest(tmp_path: Path) -> No
 
 
 def test_signs_of_life_measurements_follow_their_run(tmp_path: Path) -> None:
-    """experiments/signs_of_life.py's measurement keys: a trained measurement's digest
+    """experiments/signs_of_life/measure.py's measurement keys: a trained measurement's digest
     changes when its run is retrained with another config (its config digest and checkpoint
     change)."""
     from experiments import signs_of_life as sol
