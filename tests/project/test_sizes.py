@@ -31,7 +31,6 @@ REASON = "Long because"
 KNOWN = {
     "experiments/signs_of_life.py": "being split in issue 46",
     "collective/rl/sft.py::sft": "being split in issue 46",
-    "collective/rl/train.py::_train": "being split in issue 46",
     "experiments/signs_of_life.py::plots": "being split in issue 46",
     "experiments/signs_of_life.py::main": "being split in issue 46",
     "experiments/signs_of_life.py::write_readme": "being split in issue 46",
