@@ -30,7 +30,6 @@ REASON = "Long because"
 #: (``path::qualified.name``), with why it is allowed for now.
 KNOWN = {
     "experiments/signs_of_life.py": "being split in issue 46",
-    "collective/rl/sft.py::sft": "being split in issue 46",
     "experiments/signs_of_life.py::plots": "being split in issue 46",
     "experiments/signs_of_life.py::main": "being split in issue 46",
     "experiments/signs_of_life.py::write_readme": "being split in issue 46",
