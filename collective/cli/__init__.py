@@ -241,7 +241,8 @@ def _check_policy(a: argparse.Namespace, like: EpisodeConfig | None) -> tuple[An
 
 @command
 def cmd_train(a: argparse.Namespace) -> int:
-    from collective.rl.train import Interrupted, load_config, read_metrics, train
+    from collective.rl.launch import launch
+    from collective.rl.train import Interrupted, load_config, read_metrics
 
     if a.resume:
         if a.config or a.out:
@@ -261,7 +262,7 @@ def cmd_train(a: argparse.Namespace) -> int:
         cfg = load_config(a.config, a.set)
         run_dir = Path(a.out)
     try:
-        now = train(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
+        now = launch(cfg, run_dir, resume=bool(a.resume), progress=not a.quiet)
     except Interrupted as e:
         say(f"collective train: {e}", file=sys.stderr)
         return 130

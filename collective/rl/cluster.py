@@ -542,7 +542,7 @@ class LearnerHost:
     ) -> list[bytes]:
         import msgspec
 
-        rows = train(cfg, run_dir, resume=resume, progress=False, stop_after=stop_after, here=True)
+        rows = train(cfg, run_dir, resume=resume, progress=False, stop_after=stop_after)
         return [msgspec.json.encode(r) for r in rows]
 
 
@@ -557,8 +557,9 @@ def train_on_learner_node(
 ) -> list[bytes]:
     """Run ``train`` (``collective.rl.train.train``, handed in: this module sits below the loop
     and never imports it) in a :class:`LearnerHost` actor placed on a node with ``gpus`` GPUs
-    (``cluster.learner_gpus``; Ray's ``num_gpus``), and wait for it. If the actor dies, the run
-    stops as it stood at its last finished step, which ``--resume`` continues."""
+    (``cluster.learner_gpus``; Ray's ``num_gpus``), and wait for it (``collective.rl.launch``
+    decides a run goes there). If the actor dies, the run stops as it stood at its last
+    finished step, which ``--resume`` continues."""
     ray = import_ray()
     gpus = cfg.cluster.learner_gpus if gpus is None else gpus
     started = connect(cfg.cluster)

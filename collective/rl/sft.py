@@ -35,9 +35,9 @@ import torch
 from collective.base.outputs import check_dir, write_file
 from collective.records import Episode, load_episode
 from collective.rl.backend import make_backend
+from collective.rl.checks import check_init
 from collective.rl.config import TrainConfig, mix
 from collective.rl.learner import Sample, Scorer
-from collective.rl.train import check_init
 
 
 class SFTConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -189,24 +189,9 @@ def sft(
     from tqdm import tqdm
 
     out = Path(out)
-    state_path = out / "sft-state.pt"
-    if resume:
-        if not state_path.is_file():
-            raise ValueError(f"sft --resume {out}: no imitation run to resume (no sft-state.pt)")
-        recorded = json.loads((out / "sft.json").read_text())
-        now = msgspec.to_builtins(cfg)
-        if {**recorded["sft"], "epochs": cfg.epochs} != now:  # (only the epochs may grow)
-            changed = sorted(k for k in now if recorded["sft"].get(k) != now[k] and k != "epochs")
-            raise ValueError(
-                f"sft --resume {out}: {', '.join(changed)} differ from the run's (sft.json); "
-                "a resumed imitation may only be given more epochs"
-            )
-    else:
-        check_dir(out, "sft --out")
-        if out.exists() and any(out.iterdir()):
-            raise ValueError(f"sft: {out} is not empty (resume it with --resume, or pick --out)")
+    recorded = _check_out(out, cfg, resume)
     episodes, provenance = select([Path(p) for p in paths], cfg, train_cfg)
-    if resume and [e["sha256"] for e in provenance["episodes"]] != [
+    if recorded is not None and [e["sha256"] for e in provenance["episodes"]] != [
         e["sha256"] for e in recorded["episodes"]
     ]:
         raise ValueError(f"sft --resume {out}: the episodes differ from the run's (sft.json)")
@@ -223,10 +208,7 @@ def sft(
     optimiser = torch.optim.AdamW(list(model.parameters()), lr=cfg.learning_rate, weight_decay=0)
     epochs: list[Epoch] = []
     if resume:
-        state = torch.load(state_path, weights_only=False)
-        backend.load_weights(model, state["weights"])
-        optimiser.load_state_dict(state["optimiser"])
-        epochs = [msgspec.convert(e, Epoch) for e in state["epochs"]]
+        epochs = _restore(out, backend, model, optimiser)
     else:
         out.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -251,33 +233,77 @@ def sft(
     )
     try:
         for epoch in range(len(epochs), cfg.epochs):
-            order = np.random.default_rng([cfg.seed, epoch]).permutation(len(train_set))
-            loss_sum, tokens = 0.0, 0
-            for start in range(0, len(order), cfg.batch):
-                batch = [train_set[i] for i in order[start : start + cfg.batch]]
-                total, n = nll(model, batch, backend)
-                optimiser.zero_grad(set_to_none=True)
-                (total / n).backward()
-                torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.max_grad_norm)
-                optimiser.step()
-                loss_sum, tokens = loss_sum + float(total.detach()), tokens + n
-                bar.set_postfix(epoch=epoch, nll=f"{float(total.detach()) / n:.3f}")
-                bar.update(1)
-            held = heldout_loss(model, held_set, backend, cfg.batch)
-            epochs.append(
-                Epoch(
-                    epoch=epoch,
-                    train_loss=loss_sum / tokens,
-                    heldout_loss=held[0],
-                    train_tokens=tokens,
-                    heldout_tokens=held[1],
-                )
-            )
+            epochs.append(_epoch(epoch, model, backend, optimiser, train_set, held_set, cfg, bar))
             model.version = epoch + 1
             _save(backend, model, optimiser, epochs, out)
     finally:
         bar.close()
     return epochs
+
+
+def _check_out(out: Path, cfg: SFTConfig, resume: bool) -> dict[str, Any] | None:
+    """``out`` is where this imitation may write: empty (or absent) for a new run; for
+    ``resume``, a run of the same settings (only ``epochs`` may grow), whose record
+    (``sft.json``) is returned. ValueError with one line otherwise."""
+    if not resume:
+        check_dir(out, "sft --out")
+        if out.exists() and any(out.iterdir()):
+            raise ValueError(f"sft: {out} is not empty (resume it with --resume, or pick --out)")
+        return None
+    if not (out / "sft-state.pt").is_file():
+        raise ValueError(f"sft --resume {out}: no imitation run to resume (no sft-state.pt)")
+    recorded: dict[str, Any] = json.loads((out / "sft.json").read_text())
+    now = msgspec.to_builtins(cfg)
+    if {**recorded["sft"], "epochs": cfg.epochs} != now:  # (only the epochs may grow)
+        changed = sorted(k for k in now if recorded["sft"].get(k) != now[k] and k != "epochs")
+        raise ValueError(
+            f"sft --resume {out}: {', '.join(changed)} differ from the run's (sft.json); "
+            "a resumed imitation may only be given more epochs"
+        )
+    return recorded
+
+
+def _restore(out: Path, backend: Any, model: Any, optimiser: Any) -> list[Epoch]:
+    """A stopped run's weights and optimiser into ``model`` and ``optimiser`` (``_save``'s
+    state); returns its epochs so far."""
+    state = torch.load(out / "sft-state.pt", weights_only=False)
+    backend.load_weights(model, state["weights"])
+    optimiser.load_state_dict(state["optimiser"])
+    return [msgspec.convert(e, Epoch) for e in state["epochs"]]
+
+
+def _epoch(
+    epoch: int,
+    model: Any,
+    scorer: Scorer,
+    optimiser: Any,
+    train_set: Sequence[Sample],
+    held_set: Sequence[Sample],
+    cfg: SFTConfig,
+    bar: Any,
+) -> Epoch:
+    """One pass over the trained turns in the epoch's order (a function of seed and epoch),
+    ``batch`` turns an optimiser step, then the held-out loss."""
+    order = np.random.default_rng([cfg.seed, epoch]).permutation(len(train_set))
+    loss_sum, tokens = 0.0, 0
+    for start in range(0, len(order), cfg.batch):
+        batch = [train_set[i] for i in order[start : start + cfg.batch]]
+        total, n = nll(model, batch, scorer)
+        optimiser.zero_grad(set_to_none=True)
+        (total / n).backward()
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.max_grad_norm)
+        optimiser.step()
+        loss_sum, tokens = loss_sum + float(total.detach()), tokens + n
+        bar.set_postfix(epoch=epoch, nll=f"{float(total.detach()) / n:.3f}")
+        bar.update(1)
+    held = heldout_loss(model, held_set, scorer, cfg.batch)
+    return Epoch(
+        epoch=epoch,
+        train_loss=loss_sum / tokens,
+        heldout_loss=held[0],
+        train_tokens=tokens,
+        heldout_tokens=held[1],
+    )
 
 
 def heldout_loss(

@@ -5,12 +5,16 @@
 2. Returns and the flat collective advantage ``A_i = R_i - mean_j R_j``, the same on every
    output token of every agent of rollout i (gamma = lambda = 1), with the optional latency
    penalty; the one staleness rule; a step's groups turned into samples.
-3. ``train``: the loop. Rollouts (``collective/rl/rollouts.py``) stream finished episodes while the
-   learner (``collective/rl/learner.py``) trains in a worker thread: per output token the clipped
-   loss ``-min(r A, clip(r, 1 - clip, 1 + clip) A) * w``, ``r = exp(logp - logp_behaviour)``,
-   ``w`` the staleness weight (``clipped_pg_loss``; optional entropy and KL terms beside it),
-   then one AdamW step. Each step's records go to the run directory (``collective/rl/rundir.py``:
-   writing them, resuming from them) whole.
+3. ``train``: the loop, one ``_step`` at a time: draw a step's groups (rollouts,
+   ``collective/rl/rollouts.py``, stream finished episodes), credit their turns (the config's
+   ``Credit``, ``collective/rl/credit.py``), learn (``collective/rl/learner.py``, in a worker
+   thread: per output token the clipped loss ``-min(r A, clip(r, 1 - clip, 1 + clip) A) * w``,
+   ``r = exp(logp - logp_behaviour)``, ``w`` the staleness weight (``clipped_pg_loss``; optional
+   entropy and KL terms beside it), then one AdamW step), publish the new weights to the
+   rollouts, record the step in the run directory (``collective/rl/rundir.py``: writing it,
+   resuming from it) whole. What a run checks first is ``collective/rl/checks.py``; the step's
+   figures are ``collective/rl/metrics.py``; where a run goes (here, or a Ray learner node) is
+   ``collective/rl/launch.py``.
 
 Determinism: every episode is pinned to a policy version chosen by its group index (``sync =
 "pinned"``), the learner consumes a fixed set of groups per step in a fixed order, and every
@@ -23,58 +27,47 @@ from __future__ import annotations
 
 import sys
 import time
-import typing
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import torch
 import trio
 
 from collective.engine.conductor import lone_error
-from collective.engine.limits import (
-    AGENT_BYTES,
-    EPISODE_AGENT_BYTES,
-    check_agents,
-    check_fits,
-    human,
-    memory_cap,
-    world_footprint,
-)
-from collective.engine.organisation import make_organisation
-from collective.engine.registry import check_runnable, resolve_world
+from collective.engine.limits import memory_cap
+from collective.engine.registry import resolve_world
 from collective.records import Episode
-from collective.records.signs import Signs, signs
-from collective.rl.backend import make_backend
+from collective.rl.backend import Backend, Weights, make_backend
 from collective.rl.baselines import Baselines, measure_baselines
-from collective.rl.cluster import LearnerDied, RayRollouts, train_on_learner_node
+from collective.rl.checks import check_init, policies_of, validate
+from collective.rl.cluster import RayRollouts
 from collective.rl.commons import CommonsStore, step_commons
 from collective.rl.config import (
     TrainConfig,
-    Turn,
     draws_per_step,
     dump_config,
     flat_fields,
     load_config,
-    mix,
     read_config,
     time_limit_at,
     world_of,
 )
 from collective.rl.credit import (
+    Credit,
     credit_for,
     group_credits,
     individual_advantages,
 )
-from collective.rl.forks import fork_budget, trained_turn
+from collective.rl.forks import trained_turn
 from collective.rl.learner import Learner, Sample, clipped_pg_loss
 from collective.rl.loggers import check_logger, open_logger
-from collective.rl.roles import RoleLearner, RoleModels, trained_roles
-from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts, first_configs, team_size
+from collective.rl.metrics import metrics_of
+from collective.rl.roles import RoleLearner, RoleModels
+from collective.rl.rollouts import LocalRollouts, RolloutArgs, Rollouts
 from collective.rl.rundir import (
-    TEAM_BUCKETS,
     Ledger,
     RunDir,
     StepMetrics,
@@ -84,7 +77,7 @@ from collective.rl.rundir import (
     episode_name,
     read_metrics,
 )
-from collective.world import Commons, convert_params
+from policy.base import Policy
 
 __all__ = [
     "Interrupted",
@@ -109,7 +102,6 @@ __all__ = [
     "step_samples",
     "time_limit_at",
     "train",
-    "validate",
 ]
 
 # == 2. Returns, the flat collective advantage, the staleness rule, a step's samples =============
@@ -207,14 +199,14 @@ def step_samples(
     advantages by turn index, as the config's ``Credit`` assigned them (assigned here when not
     given, which ``advantage = "turn"``'s forks cannot be); every other turn keeps its rollout's
     flat advantage. With a mix of worlds (``[mix]``) the metrics are also given per world, and
-    ``baselines`` (each world's random and untrained scores) make its normalised score.
-    Useful work is reported relative to this step's own average rollout (the average over all
-    its groups, every team size alike), as the reference work measures it. Returns (samples,
+    ``baselines`` (each world's random and untrained scores) make its normalised score (the
+    figures: ``collective/rl/metrics.py``). Returns (samples,
     metrics, whether each episode was used: False for one dropped as stale), episodes in group
     and member order. ``ids`` are the groups' indices (a step's consecutive draws unless dynamic
     sampling replaced some)."""
     samples: list[Sample] = []
     staleness: list[int] = []  # each episode's, in group and member order
+    weights: list[float | None] = []  # (and its staleness weight: None for one dropped)
     if credited is None:
         credited = credit_for(cfg).assign(step, groups).turns
     if ids is None:
@@ -232,7 +224,7 @@ def step_samples(
         for i, ep in enumerate(episodes):
             versions = [t.version for t in ep.turns if t.policy == "trained"]
             staleness.append(step - min(versions) if versions else 0)
-            weight = stale_weight(cfg, staleness[-1])
+            weights.append(weight := stale_weight(cfg, staleness[-1]))
             if weight is None:
                 continue
             own = credited[g][i]
@@ -252,118 +244,9 @@ def step_samples(
                         t.role,
                     )
                 )
-    everything = range(len(groups))
-    each = [signs(e) for episodes in groups for e in episodes]  # (read once, for every table)
-    metrics = step_metrics(cfg, ids, groups, returns, staleness, each, everything)
+    metrics = metrics_of(cfg, ids, groups, returns, staleness, weights, worlds, baselines)
     metrics["signal_groups"] = sum(1 for r in returns if has_signal(r))
-    if cfg.mix is not None:
-        per_world = {
-            w.label: step_metrics(
-                cfg,
-                ids,
-                groups,
-                returns,
-                staleness,
-                each,
-                [g for g in everything if worlds[g] == w.label],
-            )
-            for w in cfg.worlds
-            if w.label in worlds
-        }
-        if baselines is not None:
-            for label, m in per_world.items():
-                m.update(baselines.normalised(label, m["score_mean"]))
-            metrics.update(
-                {
-                    key: float(np.mean([m[key] for m in per_world.values()]))
-                    for key in ("normalised_score", "normalised_gain")
-                }
-            )
-        metrics["worlds"] = per_world
-    return samples, metrics, [stale_weight(cfg, x) is not None for x in staleness]
-
-
-def step_metrics(
-    cfg: TrainConfig,
-    ids: Sequence[int],
-    groups: list[list[Episode]],
-    returns: list[np.ndarray],
-    staleness: list[int],
-    each: list[Signs],
-    which: Sequence[int],
-) -> dict[str, Any]:
-    """The metrics of a step's groups ``which`` (all of them, or one world's): ``returns`` are
-    every group's, ``staleness`` and ``each`` (its signs) every episode's, in group and member
-    order; ``ids`` every group's index."""
-    G = cfg.group_size
-    flat = [groups[g][i] for g in which for i in range(len(groups[g]))]
-    returns_all = np.concatenate([returns[g] for g in which])
-    stale = [staleness[g * G + i] for g in which for i in range(len(groups[g]))]
-    weight = [stale_weight(cfg, x) for x in stale]
-    by_bucket: dict[str, list[float]] = {}
-    teams: dict[str, list[Signs]] = {}
-    for g in which:
-        team = bucket(team_size(cfg, ids[g]))
-        by_bucket.setdefault(team, []).extend(e.stats.world_tokens for e in groups[g])
-        teams.setdefault(team, []).extend(each[g * G + i] for i in range(len(groups[g])))
-    useful = [e.stats.world_tokens for e in flat]
-    useful_average = float(np.mean(useful))
-    hours = sum(e.duration for e in flat) / 3600
-    return {
-        "time_limit": flat[0].config.time_limit,
-        "episodes": len(flat),
-        "return_mean": float(np.mean(returns_all)),
-        "return_min": float(np.min(returns_all)),
-        "return_max": float(np.max(returns_all)),
-        "score_mean": float(np.mean([e.score for e in flat])),
-        "duration_mean": float(np.mean([e.duration for e in flat])),
-        "output_tokens": int(sum(e.stats.output_tokens for e in flat)),
-        "useful_tokens_mean": float(np.mean(useful)),
-        "useful_average": useful_average,
-        "useful_rel": {
-            b: float(np.mean(v)) / useful_average if useful_average else 0.0
-            for b, v in sorted(by_bucket.items(), key=lambda kv: TEAM_BUCKETS.index(kv[0]))
-        },
-        "comm_tokens_per_hour": sum(e.stats.comm_tokens for e in flat) / hours if hours else 0.0,
-        **sign_metrics(teams),
-        "staleness_mean": float(np.mean(stale)),
-        "staleness_max": int(max(stale)),
-        "dropped_stale": weight.count(None),
-        "downweighted": sum(1 for w in weight if w is not None and w < 1.0),
-    }
-
-
-def sign_metrics(teams: dict[str, list[Signs]]) -> dict[str, Any]:
-    """The signs of life of a step (StepMetrics' landed_* and talk_*) from its episodes' signs by
-    team-size bucket: each bucket's mean per rollout over the step's average rollout (every
-    bucket's episodes alike, as the reference work measures it), per agent, and communication
-    per agent-second (tokens over the agents' summed seconds alive)."""
-    order = sorted(teams, key=TEAM_BUCKETS.index)
-    every = [x for b in order for x in teams[b]]
-    landed = float(np.mean([x.landed_tokens for x in every]))
-    talk = float(np.mean([x.talk_tokens for x in every]))
-    begun = sum(x.landed_tokens + x.refused_tokens for x in every)
-
-    def per_second(xs: list[Signs]) -> float:
-        seconds = sum(x.agent_seconds for x in xs)
-        return sum(x.talk_tokens for x in xs) / seconds if seconds > 0 else 0.0
-
-    def rel(b: str, field: str, average: float) -> float:
-        return float(np.mean([getattr(x, field) for x in teams[b]])) / average if average else 0.0
-
-    return {
-        "landed_tokens_mean": landed,
-        "landed_units_mean": float(np.mean([x.landed_units for x in every])),
-        "refused_share": sum(x.refused_tokens for x in every) / begun if begun else 0.0,
-        "landed_rel": {b: rel(b, "landed_tokens", landed) for b in order},
-        "landed_per_agent": {
-            b: float(np.mean([x.landed_per_agent for x in teams[b]])) for b in order
-        },
-        "talk_tokens_mean": talk,
-        "talk_per_agent_second": per_second(every),
-        "talk_rel": {b: rel(b, "talk_tokens", talk) for b in order},
-        "talk_per_agent_second_by_team": {b: per_second(teams[b]) for b in order},
-    }
+    return samples, metrics, [w is not None for w in weights]
 
 
 # == 3. The loop =================================================================================
@@ -373,127 +256,6 @@ class Interrupted(Exception):
     """Training stopped by Ctrl-C; everything up to the last finished step is kept."""
 
 
-def check_training(cfg: TrainConfig) -> None:
-    """ValueError if a training run cannot hold what it will: the episodes in flight (each its
-    team's agents and its world: the largest of the mix's worlds, as any group may draw it) and
-    the finished ones a step keeps whole for the learner, up to ``lag + 1`` steps of
-    ``groups_per_step x group_size`` (an episode of a later step waits for its weights' step to
-    be learned from). A world that does not exist fails here, naming it."""
-    worlds = mix(cfg)
-    classes = [resolve_world(w.world) for w in worlds]  # (a world that is not there: first)
-    largest = max(max(w.team_sizes) for w in worlds)
-    check_agents(cfg.concurrency * largest, "concurrency x largest team")  # cheap, first
-    held = (cfg.lag + 1) * cfg.groups_per_step * cfg.group_size
-    live = min(cfg.concurrency, held)
-    # (team sizes are cycled over each world's groups: the largest world mean bounds them all)
-    team = max(sum(w.team_sizes) / len(w.team_sizes) for w in worlds)
-    world = max(
-        world_footprint(cls, max(w.team_sizes), convert_params(cls, w.params, w.world), w.world)
-        for cls, w in zip(classes, worlds, strict=True)
-    )
-    check_fits(
-        f"training: {live:,} episodes in flight and {held:,} held for the learner",
-        {
-            "their agents": int(live * team * AGENT_BYTES),
-            "their worlds": live * world,
-            f"the held episodes at {human(EPISODE_AGENT_BYTES)} an agent": int(
-                held * team * EPISODE_AGENT_BYTES
-            ),
-        },
-        world=world,
-    )
-
-
-def validate(cfg: TrainConfig) -> None:
-    """Everything a run needs that can be checked without running it: every team size's
-    episode config, world and organisation, and the memory the concurrent episodes need at
-    least. Raises ValueError with one line."""
-    check_training(cfg)
-    commons, (world, *_) = cfg.commons.kind, cfg.worlds
-    if commons != "off":
-        cls = resolve_world(world.world)
-        if not cls.commons:
-            raise ValueError(
-                f"commons = {commons!r}: world {world.world!r} declares no commons (a world "
-                'names the constructor parameter that receives it: `commons = "..."`; '
-                "library has one)"
-            )
-        if cls.commons in world.params:
-            raise ValueError(
-                f"commons = {commons!r}: params sets {cls.commons!r}, which the run's "
-                "commons fills: drop it from params"
-            )
-        hint = typing.get_type_hints(cls.__init__).get(cls.commons)
-        if hint is None or Commons not in (hint, *typing.get_args(hint)):
-            raise ValueError(
-                f"commons = {commons!r}: world {world.world!r} says its commons is the "
-                f"parameter {cls.commons!r}, which its constructor does not take as a "
-                "collective.world.Commons"
-            )
-        if commons == "credit" and "frozen" in _policies_of(cfg.org):
-            raise ValueError(
-                f"commons = 'credit' with org = {cfg.org!r}: a re-run answers every agent with "
-                "the trained weights, so the frozen sub-agents' turns would change with the "
-                "entry removed; use org = 'orchestrator:trained' or commons = 'on'"
-            )
-    if cfg.role_policies and len(trained_roles(cfg.org)) < 2:
-        raise ValueError(
-            f"role_policies with org = {cfg.org!r}: it has one trained role "
-            f"({', '.join(trained_roles(cfg.org))}), so one policy already is per role; use "
-            "org = 'ceo' or 'orchestrator:trained', or drop role_policies"
-        )
-    turn = cfg.advantage if isinstance(cfg.advantage, Turn) else None
-    if turn is not None and "frozen" in _policies_of(cfg.org):
-        raise ValueError(
-            "advantage = 'turn' with org = 'orchestrator': a fork answers every agent with the "
-            "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
-            "weights; use another advantage or another org"
-        )
-    if turn is not None and (
-        why := fork_budget(
-            turn.turns, turn.samples, cfg.groups_per_step * cfg.group_size, cfg.steps
-        )
-    ):
-        raise ValueError(f"advantage = 'turn': {why}")
-    if turn is not None and turn.horizon > 0:
-        longest = max(time_limit_at(cfg, step, w) for w in mix(cfg) for step in (0, cfg.steps - 1))
-        if turn.horizon >= longest:
-            raise ValueError(
-                f"advantage.horizon = {turn.horizon:g} s reaches past every episode's end (the "
-                f"longest time limit is {longest:g} s): every fork would be read at the end, "
-                "as horizon = 0 says; set 0 or a horizon shorter than the time limit"
-            )
-    for episode in first_configs(cfg):
-        if commons != "off":  # (as its episodes will be: with the commons' parameter)
-            episode = CommonsStore(cfg, resolve_world(world.world).commons).apply(episode, 0)
-        check_runnable(episode)
-
-
-def _policies_of(org: str) -> set[str]:
-    """The policies an organisation's roles run (``trained``, ``frozen``)."""
-    o = make_organisation(org)
-    return {o.policy_of(r) for r in o.roles()}
-
-
-def check_init(cfg: TrainConfig, model: Any) -> None:
-    """A run that starts from a checkpoint has the checkpoint's shape; its config must say so
-    (``load_config`` fills [model] from the checkpoint where the config leaves it out)."""
-    have = getattr(model, "config", None)
-    if cfg.model.kind != "tiny" or have is None:
-        return
-    want = msgspec.structs.replace(cfg.tiny, seed=have.seed)
-    if want != have:
-        diff = ", ".join(
-            f"{f} = {getattr(have, f)} (config says {getattr(want, f)})"
-            for f in have.__struct_fields__
-            if getattr(have, f) != getattr(want, f)
-        )
-        raise ValueError(
-            f"init {cfg.init}: the checkpoint's network has {diff}; drop those [model] settings "
-            "or make them match"
-        )
-
-
 def train(
     cfg: TrainConfig,
     run_dir: str | Path,
@@ -501,9 +263,9 @@ def train(
     resume: bool = False,
     progress: bool = True,
     stop_after: int | None = None,
-    here: bool = False,
 ) -> list[StepMetrics]:
-    """Train, writing everything into ``run_dir``; with ``resume``, continue a stopped run.
+    """Train in this process, writing everything into ``run_dir``; with ``resume``, continue a
+    stopped run.
 
     The run directory is this process's alone while it runs (``RunDir.lock``: a second
     ``train`` on it is refused, naming this one's pid), and a resume runs the config the run
@@ -515,17 +277,8 @@ def train(
     that many steps of this invocation (tests use it to simulate an interruption). Returns the
     metrics of the steps run now.
 
-    With ``[cluster] backend = "ray"`` and ``learner_gpus > 0`` this whole function runs in a
-    Ray actor holding those GPUs (``collective.rl.cluster.train_on_learner_node``; ``here`` is
-    how that actor says it is the place)."""
-    if cfg.cluster.backend == "ray" and cfg.cluster.learner_gpus > 0 and not here:
-        try:
-            where = str(Path(run_dir).absolute())  # (the actor's working directory is not ours)
-            rows = train_on_learner_node(train, cfg, where, resume=resume, stop_after=stop_after)
-        except (LearnerDied, KeyboardInterrupt) as e:
-            why = str(e) if isinstance(e, LearnerDied) else "interrupted"
-            raise Interrupted(f"{why}; resume with `collective train --resume {run_dir}`") from None
-        return [msgspec.json.decode(r, type=StepMetrics) for r in rows]
+    Where the run goes (here, or a Ray actor holding ``[cluster] learner_gpus``) is the
+    launcher's to decide: ``collective.rl.launch.launch``."""
     check_logger(cfg.logger)  # a missing extra fails here, before anything is written
     run = RunDir(run_dir, cfg)
     with run.lock(resume):  # one process per run directory, for the whole run
@@ -541,76 +294,19 @@ def _train(
 
     # -- check and build everything; nothing but the lock is written yet ---------------------
     validate(cfg)
-    torch.manual_seed(cfg.seed)
-    # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and
-    # a reduction's order (hence its last bits) cannot depend on how the two happen to overlap.
-    torch.set_num_threads(1)
-    if (isa := torch.backends.cpu.get_cpu_capability()) != "AVX2":  # (collective.ISA pins it)
-        print(
-            f"note: torch runs its {isa} kernels, not AVX2 (ATEN_CPU_CAPABILITY is set, or this "
-            "CPU has no AVX2): the run's figures are those of such machines",
-            file=sys.stderr,
-        )
-    backend = make_backend(cfg, run.path)
-    try:
-        with memory_cap():
-            model = backend.fresh() if not cfg.init else backend.load(cfg.init)
-    except (MemoryError, RuntimeError) as e:
-        if isinstance(e, RuntimeError) and "can't allocate memory" not in str(e):
-            raise  # torch's allocator says RuntimeError; anything else is not about memory
-        raise ValueError(
-            f"the model ({cfg.tiny if cfg.model.kind == 'tiny' else cfg.hf.path}) needs more "
-            "memory than half of what this machine has available (the other half is the run's)"
-        ) from None
-    check_init(cfg, model)
-    # The orchestrator's sub-agents answer with the weights training starts from, for good.
-    frozen = backend.frozen(model) if "frozen" in _policies_of(cfg.org) else None
-    learner: Learner | RoleLearner
-    if isinstance(model, RoleModels):  # role_policies: a learner a role
-        learner = RoleLearner(model, cfg, backend)
-    else:
-        learner = Learner(model, cfg, backend)
-    state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
-    # The weights of every version rollouts may still use (pinned backends only).
-    serving_weights: dict[int, Any] = {0: backend.weights(model)} if backend.pinned else {}
-    restored = run.restore(backend, model, learner) if resume else None
-    if restored is not None:
-        state, serving_weights = restored
-    # commons = "on"/"credit": the run's commons, as the last finished step left it
-    commons = (
-        CommonsStore(cfg, resolve_world(cfg.worlds[0].world).commons, state.commons)
-        if cfg.commons.kind != "off"
-        else None
-    )
+    parts = _build(cfg, run, resume)
+    state = parts.state
     if state.step >= cfg.steps:
         run.create(resume, state.step)
         return []
-    # A mix of worlds: each world's random and untrained scores, its normalised score's zero
-    # points (collective/rl/baselines.py), measured once, before the first step.
-    baselines = Baselines.load(run.path) if resume else None
-    if cfg.mix is not None and baselines is None:
-        untrained = serving_weights[0] if 0 in serving_weights else backend.weights(model)
-        baselines = measure_baselines(cfg, backend.policy_for(model, untrained, 0))
-    args = RolloutArgs(
-        cfg=cfg,
-        run=run,
-        first_step=state.step,
-        backend=backend,
-        model=model,
-        serving_weights=serving_weights,
-        commons=commons,
-    )
-    rollouts: Rollouts
-    if cfg.cluster.backend == "ray":  # Ray actors run the episodes; the learner stays here
-        rollouts = RayRollouts(args)  # (each worker makes the sub-agents' frozen copy itself)
-    else:
-        rollouts = LocalRollouts(args, frozen=frozen)
+    parts.baselines = _baselines(parts, resume)
+    rollouts = _rollouts(parts)
     rollouts.start()  # Ray: connect, check resources, start the workers (one-line errors)
     # -- checked and built: now the run directory may be written ------------------------------
     try:
         run.create(resume, state.step)
-        if baselines is not None:
-            baselines.save(run.path)
+        if parts.baselines is not None:
+            parts.baselines.save(run.path)
         schedule = [time_limit_at(cfg, s) for s in range(cfg.steps)] if cfg.logger != "none" else []
         logger = open_logger(cfg.logger, flat_fields(cfg), run.path, state.step, schedule)
     except BaseException:
@@ -631,77 +327,21 @@ def _train(
     done: list[StepMetrics] = []
     quiet = _NoSignal()
 
-    credit = credit_for(cfg, fork_policies(cfg, backend, model, serving_weights))
-
-    def signal(episodes: list[Episode]) -> bool:
-        return has_signal(group_returns(cfg, episodes))
-
     async def loop() -> None:
         t_start = time.perf_counter() - state.elapsed
         async with rollouts.running():
             for step in range(state.step, cfg.steps):
-                drawn = await rollouts.groups(step, signal if cfg.resample else None)
-                groups = drawn.groups
-                # (re-runs and forks: off the event loop)
-                credited = await trio.to_thread.run_sync(credit.assign, step, groups)
-                samples, m, used = step_samples(
-                    cfg, step, groups, credited.turns, baselines, drawn.ids
-                )
-                m["resampled_groups"] = len(drawn.flat)  # (a reserve played: one group dropped)
-                if commons is not None:  # credit re-runs (off the event loop), then the merge
-                    extra, commons_metrics = await trio.to_thread.run_sync(
-                        step_commons,
-                        cfg,
-                        step,
-                        groups,
-                        commons,
-                        lambda v: backend.policy_for(model, serving_weights[v], v),
-                        run.kept_episode,
-                    )
-                    samples = samples + extra
-                    m.update(commons_metrics)
-                    state.commons = commons.entries
-                # (Any: its floats go to StepMetrics by name, which a checker cannot follow.)
-                stats: dict[str, Any] = await trio.to_thread.run_sync(learner.step, samples)
-                version = step + 1
-                weights = backend.weights(model) if backend.pinned else {}
-                if backend.pinned:  # rollouts may use versions up to `lag` behind
-                    serving_weights[version] = weights
-                    for v in [v for v in serving_weights if v < version - cfg.lag]:
-                        del serving_weights[v]
-                await rollouts.publish(version, weights)
-                metrics = StepMetrics(
-                    step=step,
-                    version=version,
-                    rollout_batch_mean=rollouts.batch_mean,
-                    wall_time=time.perf_counter() - t_start,
-                    fork_rollouts=credited.rollouts,
-                    **m,
-                    **stats,
-                )
-                ledger = Ledger.of_step(step, drawn.ids, cfg.group_size, used, drawn.flat)
+                metrics, ledger = await _step(parts, rollouts, step, t_start)
                 quiet.see(metrics)
                 state.step = step + 1
                 state.elapsed = time.perf_counter() - t_start
-                run.commit(
-                    metrics,
-                    ledger,
-                    state,
-                    {
-                        "model": backend.weights(model),
-                        "version": model.version,
-                        "learner": learner.state(),
-                        "serving": serving_weights,
-                    },
-                    lambda directory, snapshot: backend.checkpoint(model, directory, snapshot),
-                    logger,
-                )
+                _record(parts, metrics, ledger, logger)
                 done.append(metrics)
                 bar.set_postfix(ret=f"{metrics.return_mean:.3f}", T=f"{metrics.time_limit:.0f}")
                 bar.update(1)
                 if stop_after is not None and len(done) >= stop_after:
                     break
-        await backend.aclose()  # (an SGLang server this run launched stops here)
+        await parts.backend.aclose()  # (an SGLang server this run launched stops here)
 
     try:
         # Ctrl-C lands only where the loop awaits, so a step is committed whole or not at all.
@@ -727,6 +367,205 @@ def _train(
     if cfg.plots:
         _plot(run.path)
     return done
+
+
+async def _step(
+    p: _Parts, rollouts: Rollouts, step: int, t_start: float
+) -> tuple[StepMetrics, Ledger]:
+    """One step of RLCR: draw the step's groups (the rollouts play them), credit each turn,
+    learn from the samples, publish the new weights to the rollouts. Returns the step's metrics
+    and its ledger, for the run directory (``t_start``: the run's start on the wall clock)."""
+    cfg = p.cfg
+    drawn = await rollouts.groups(step, p.signal if cfg.resample else None)
+    # (re-runs and forks: off the event loop)
+    credited = await trio.to_thread.run_sync(p.credit.assign, step, drawn.groups)
+    samples, m, used = step_samples(cfg, step, drawn.groups, credited.turns, p.baselines, drawn.ids)
+    m["resampled_groups"] = len(drawn.flat)  # (a reserve played: one group dropped)
+    if p.commons is not None:  # credit re-runs (off the event loop), then the merge
+        extra, commons_metrics = await trio.to_thread.run_sync(p.commons_step, step, drawn.groups)
+        samples = samples + extra
+        m.update(commons_metrics)
+    # (Any: its floats go to StepMetrics by name, which a checker cannot follow.)
+    stats: dict[str, Any] = await trio.to_thread.run_sync(p.learner.step, samples)
+    version = step + 1
+    await rollouts.publish(version, p.keep(version))
+    metrics = StepMetrics(
+        step=step,
+        version=version,
+        rollout_batch_mean=rollouts.batch_mean,
+        wall_time=time.perf_counter() - t_start,
+        fork_rollouts=credited.rollouts,
+        **m,
+        **stats,
+    )
+    return metrics, Ledger.of_step(step, drawn.ids, cfg.group_size, used, drawn.flat)
+
+
+def _record(p: _Parts, metrics: StepMetrics, ledger: Ledger, logger: Any) -> None:
+    """A finished step into the run directory, whole: its metrics, its ledger, the state to
+    resume from (the weights, the learner's optimiser, the versions rollouts may still use)."""
+    backend, model = p.backend, p.model
+    p.run.commit(
+        metrics,
+        ledger,
+        p.state,
+        {
+            "model": backend.weights(model),
+            "version": model.version,
+            "learner": p.learner.state(),
+            "serving": p.serving,
+        },
+        lambda directory, snapshot: backend.checkpoint(model, directory, snapshot),
+        logger,
+    )
+
+
+# -- what a run is built of ------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class _Parts:
+    """A run's pieces, checked and built before its run directory is written."""
+
+    cfg: TrainConfig
+    run: RunDir
+    backend: Backend
+    model: Any
+    learner: Learner | RoleLearner
+    state: TrainState
+    # The weights of every version rollouts may still use (pinned backends only).
+    serving: dict[int, Weights]
+    commons: CommonsStore | None  # commons = "on"/"credit": the run's, as its last step left it
+    credit: Credit
+    frozen: Policy | None  # the orchestrator's sub-agents' policy, if any
+    baselines: Baselines | None = None  # a mix of worlds: each world's zero points
+
+    def signal(self, episodes: list[Episode]) -> bool:
+        """Whether a group teaches anything (``resample`` draws a reserve for one that does
+        not)."""
+        return has_signal(group_returns(self.cfg, episodes))
+
+    def keep(self, version: int) -> Weights:
+        """The weights of the learner's new ``version``, kept for the rollouts that may use it
+        (pinned backends: up to ``lag`` versions behind); an unpinned backend's rollouts take
+        the newest weights themselves, and are handed none."""
+        if not self.backend.pinned:
+            return {}
+        self.serving[version] = weights = self.backend.weights(self.model)
+        for v in [v for v in self.serving if v < version - self.cfg.lag]:
+            del self.serving[v]
+        return weights
+
+    def commons_step(
+        self, step: int, groups: list[list[Episode]]
+    ) -> tuple[list[Sample], dict[str, Any]]:
+        """The commons' credit samples and metrics of a step (``step_commons``), the run's
+        commons merged; its entries are then the state a resume starts from."""
+        assert self.commons is not None
+        out = step_commons(
+            self.cfg,
+            step,
+            groups,
+            self.commons,
+            lambda v: self.backend.policy_for(self.model, self.serving[v], v),
+            self.run.kept_episode,
+        )
+        self.state.commons = self.commons.entries
+        return out
+
+
+def _build(cfg: TrainConfig, run: RunDir, resume: bool) -> _Parts:
+    """Everything a run is built of, in the order that keeps it a function of its config: the
+    seeded model, the sub-agents' frozen copy of the weights training starts from, the learner,
+    then a resumed run's state over them."""
+    _seed_torch(cfg)
+    backend = make_backend(cfg, run.path)
+    model = _load_model(cfg, backend)
+    check_init(cfg, model)
+    # The orchestrator's sub-agents answer with the weights training starts from, for good.
+    frozen = backend.frozen(model) if "frozen" in policies_of(cfg.org) else None
+    learner: Learner | RoleLearner
+    if isinstance(model, RoleModels):  # role_policies: a learner a role
+        learner = RoleLearner(model, cfg, backend)
+    else:
+        learner = Learner(model, cfg, backend)
+    state = TrainState(step=0, useful_sum=0.0, useful_n=0, elapsed=0.0)
+    serving: dict[int, Weights] = {0: backend.weights(model)} if backend.pinned else {}
+    restored = run.restore(backend, model, learner) if resume else None
+    if restored is not None:
+        state, serving = restored
+    commons = (
+        CommonsStore(cfg, resolve_world(cfg.worlds[0].world).commons, state.commons)
+        if cfg.commons.kind != "off"
+        else None
+    )
+    credit = credit_for(cfg, fork_policies(cfg, backend, model, serving))
+    return _Parts(
+        cfg=cfg,
+        run=run,
+        backend=backend,
+        model=model,
+        learner=learner,
+        state=state,
+        serving=serving,
+        commons=commons,
+        credit=credit,
+        frozen=frozen,
+    )
+
+
+def _baselines(p: _Parts, resume: bool) -> Baselines | None:
+    """A mix of worlds: each world's random and untrained scores, its normalised score's zero
+    points (collective/rl/baselines.py), measured once, before the first step."""
+    baselines = Baselines.load(p.run.path) if resume else None
+    if p.cfg.mix is not None and baselines is None:
+        untrained = p.serving[0] if 0 in p.serving else p.backend.weights(p.model)
+        baselines = measure_baselines(p.cfg, p.backend.policy_for(p.model, untrained, 0))
+    return baselines
+
+
+def _rollouts(p: _Parts) -> Rollouts:
+    """Where the episodes run: Ray actors (the learner stays here), or this process."""
+    args = RolloutArgs(
+        cfg=p.cfg,
+        run=p.run,
+        first_step=p.state.step,
+        backend=p.backend,
+        model=p.model,
+        serving_weights=p.serving,
+        commons=p.commons,
+    )
+    if p.cfg.cluster.backend == "ray":  # (each worker makes the sub-agents' frozen copy itself)
+        return RayRollouts(args)
+    return LocalRollouts(args, frozen=p.frozen)
+
+
+def _seed_torch(cfg: TrainConfig) -> None:
+    torch.manual_seed(cfg.seed)
+    # One intra-op thread: the rollout thread and the learner thread each keep a core busy, and
+    # a reduction's order (hence its last bits) cannot depend on how the two happen to overlap.
+    torch.set_num_threads(1)
+    if (isa := torch.backends.cpu.get_cpu_capability()) != "AVX2":  # (collective.ISA pins it)
+        print(
+            f"note: torch runs its {isa} kernels, not AVX2 (ATEN_CPU_CAPABILITY is set, or this "
+            "CPU has no AVX2): the run's figures are those of such machines",
+            file=sys.stderr,
+        )
+
+
+def _load_model(cfg: TrainConfig, backend: Backend) -> Any:
+    """The model training starts from (``init``, or fresh weights), in at most half of this
+    machine's available memory: more is a one-line ValueError."""
+    try:
+        with memory_cap():
+            return backend.fresh() if not cfg.init else backend.load(cfg.init)
+    except (MemoryError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and "can't allocate memory" not in str(e):
+            raise  # torch's allocator says RuntimeError; anything else is not about memory
+        raise ValueError(
+            f"the model ({cfg.tiny if cfg.model.kind == 'tiny' else cfg.hf.path}) needs more "
+            "memory than half of what this machine has available (the other half is the run's)"
+        ) from None
 
 
 class _NoSignal:

@@ -8,10 +8,6 @@ docstring gives the reason it is clearer whole, with the words ``REASON`` ("Long
 parser is the command line's reference, read top to bottom ..."). ``bench/`` and ``tests/``
 are programs and checks beside the packages, outside the rule. docs/architecture.md says the
 same under "Sizes".
-
-``KNOWN`` names what still exceeds while it is being split, each with its reason; an entry
-that no longer exceeds (split, or given its reason) fails the test until it is taken off, so
-the list only shrinks.
 """
 
 from __future__ import annotations
@@ -25,14 +21,6 @@ PACKAGES = ("collective", "policy", "worlds", "experiments")
 MAX_BYTES = 40_000  # "about 40 KB": 40,000 bytes
 MAX_LINES = 100
 REASON = "Long because"
-
-#: What exceeds today and is being split, by the file (``path``) or the function
-#: (``path::qualified.name``), with why it is allowed for now.
-KNOWN = {
-    "collective/rl/sft.py::sft": "being split in issue 46",
-    "collective/rl/train.py::_train": "being split in issue 46",
-}
-
 
 def long_functions(source: str) -> Iterator[tuple[str, int]]:
     """Each function of ``source`` over ``MAX_LINES`` whose docstring gives no ``REASON``, as
@@ -55,7 +43,7 @@ def long_functions(source: str) -> Iterator[tuple[str, int]]:
 
 def violations() -> dict[str, str]:
     """Every file over ``MAX_BYTES`` and every unexplained long function of ``PACKAGES``, by
-    the key ``KNOWN`` uses, with what it measures."""
+    its path (a function as ``path::qualified.name``), with what it measures."""
     found: dict[str, str] = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -69,17 +57,10 @@ def violations() -> dict[str, str]:
 
 
 def test_no_file_or_function_over_the_limits_without_a_reason() -> None:
-    unexplained = {k: v for k, v in violations().items() if k not in KNOWN}
-    assert unexplained == {}, (
+    assert violations() == {}, (
         f"over {MAX_BYTES:,} bytes or {MAX_LINES} lines: split it along a seam, or (a function "
         f"clearer whole) say why in its docstring with {REASON!r}"
     )
-
-
-def test_every_known_exception_still_exceeds() -> None:
-    """An entry of ``KNOWN`` that was split (or given its reason) comes off the list."""
-    found = violations()
-    assert sorted(k for k in KNOWN if k not in found) == []
 
 
 def test_the_check_finds_a_long_function_and_reads_its_reason() -> None:

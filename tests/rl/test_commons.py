@@ -14,10 +14,11 @@ import pytest
 
 from collective import EpisodeConfig, load_episode, run_episodes
 from collective.replay import verify
+from collective.rl.checks import validate
 from collective.rl.commons import CommonsStore, Entry, contributions, step_commons
 from collective.rl.config import ClusterConfig, WorldEntry, read_config
 from collective.rl.rundir import episode_key
-from collective.rl.train import train, validate
+from collective.rl.train import train
 from collective.world import Commons
 from policy.scripted import LibraryScript, ScriptedPolicy
 from tests.support.training import comparable_metrics, small_train

@@ -166,7 +166,7 @@ def test_a_turn_credit_run_forks_each_rollout_and_reruns_alike(tmp_path: Path) -
 
 
 def test_turn_credit_is_refused_where_forks_cannot_use_the_right_weights() -> None:
-    from collective.rl.train import validate
+    from collective.rl.checks import validate
     from tests.support.training import small_train
 
     with pytest.raises(ValueError, match="advantage = 'turn' needs the weights"):

@@ -45,6 +45,7 @@ from collective.rl.cluster import (  # noqa: E402
     RayRollouts,
 )
 from collective.rl.config import ClusterConfig  # noqa: E402
+from collective.rl.launch import launch  # noqa: E402
 from collective.rl.rundir import episode_key  # noqa: E402
 from collective.rl.train import (  # noqa: E402
     Interrupted,
@@ -200,7 +201,7 @@ def test_placements_that_cannot_work_are_refused_before_training(
     cluster: Any, tmp_path: Path, setting: list[str], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        train(_ray_cfg(*setting), tmp_path / "r", progress=False)
+        launch(_ray_cfg(*setting), tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists(), "nothing written"
 
 
@@ -223,9 +224,10 @@ def test_the_learner_actor_on_a_gpu_dies_and_the_run_resumes(
     cluster: Any, local_run: Path, tmp_path: Path
 ) -> None:
     """The learner as a Ray actor holding ``learner_gpus = 1`` (the cluster's one GPU, declared
-    to Ray but not real: the learner runs on the CPU) killed after its first step: ``train``
-    stops with the resume line, and ``--resume``, again in a learner actor on the GPU, continues
-    it to exactly the local run (one rollout worker here: 1, 2, any number)."""
+    to Ray but not real: the learner runs on the CPU) killed after its first step: ``launch``
+    (the command line's) stops with the resume line, and ``--resume``, again in a learner actor
+    on the GPU, continues it to exactly the local run (one rollout worker here: 1, 2, any
+    number)."""
     cfg = _ray_cfg("cluster.rollout_workers=1", "cluster.learner_gpus=1", 'device="cpu"')
     run = tmp_path / "ray"
     held: list[float] = []
@@ -239,11 +241,11 @@ def test_the_learner_actor_on_a_gpu_dies_and_the_run_resumes(
     killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
     killer.start()
     with pytest.raises(Interrupted, match=r"the learner actor died.*--resume"):
-        train(cfg, run, progress=False)
+        launch(cfg, run, progress=False)
     killer.join()
     assert held == [0.0], "the learner actor held the GPU"
     assert len((run / "metrics.jsonl").read_bytes().splitlines()) < 3, "it died mid-run"
-    train(cfg, run, resume=True, progress=False)
+    launch(cfg, run, resume=True, progress=False)
     _same_run(local_run, run)
     deadline = time.monotonic() + scaled(30)
     while ray.available_resources().get("GPU", 0.0) < 1.0:

@@ -15,8 +15,9 @@ import trio
 
 from collective import EpisodeConfig, run_episodes
 from collective.engine.organisation import make_organisation
+from collective.rl.checks import validate
 from collective.rl.config import ClusterConfig
-from collective.rl.train import train, validate
+from collective.rl.train import train
 from policy.base import PolicyError, PolicyRequest
 from policy.roles import RolePolicy
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy

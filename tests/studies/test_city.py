@@ -136,7 +136,7 @@ def test_islands_keep_their_keys_apart() -> None:
 def test_the_city_passes_the_training_checks() -> None:
     """A training run on the city is checked as any other (the memory check reads the
     workshop's footprint, whose default size a subclass taking **params does not restate)."""
-    from collective.rl.train import validate
+    from collective.rl.checks import validate
     from experiments.city import village_config
 
     validate(village_config(steps=1))

@@ -1,0 +1,150 @@
+"""What a training run checks before it writes anything: that its config can run (``validate``:
+every team size's episode, world, organisation and credit setting, and the memory it needs) and
+that a checkpoint it starts from has the shape the config says (``check_init``). Each raises
+ValueError with one line; ``train`` and ``sft`` call them before the run directory exists.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import msgspec
+
+from collective.engine.limits import (
+    AGENT_BYTES,
+    EPISODE_AGENT_BYTES,
+    check_agents,
+    check_fits,
+    human,
+    world_footprint,
+)
+from collective.engine.organisation import make_organisation
+from collective.engine.registry import check_runnable, resolve_world
+from collective.rl.commons import CommonsStore
+from collective.rl.config import TrainConfig, Turn, mix, time_limit_at
+from collective.rl.forks import fork_budget
+from collective.rl.roles import trained_roles
+from collective.rl.rollouts import first_configs
+from collective.world import Commons, convert_params
+
+
+def check_training(cfg: TrainConfig) -> None:
+    """ValueError if a training run cannot hold what it will: the episodes in flight (each its
+    team's agents and its world: the largest of the mix's worlds, as any group may draw it) and
+    the finished ones a step keeps whole for the learner, up to ``lag + 1`` steps of
+    ``groups_per_step x group_size`` (an episode of a later step waits for its weights' step to
+    be learned from). A world that does not exist fails here, naming it."""
+    worlds = mix(cfg)
+    classes = [resolve_world(w.world) for w in worlds]  # (a world that is not there: first)
+    largest = max(max(w.team_sizes) for w in worlds)
+    check_agents(cfg.concurrency * largest, "concurrency x largest team")  # cheap, first
+    held = (cfg.lag + 1) * cfg.groups_per_step * cfg.group_size
+    live = min(cfg.concurrency, held)
+    # (team sizes are cycled over each world's groups: the largest world mean bounds them all)
+    team = max(sum(w.team_sizes) / len(w.team_sizes) for w in worlds)
+    world = max(
+        world_footprint(cls, max(w.team_sizes), convert_params(cls, w.params, w.world), w.world)
+        for cls, w in zip(classes, worlds, strict=True)
+    )
+    check_fits(
+        f"training: {live:,} episodes in flight and {held:,} held for the learner",
+        {
+            "their agents": int(live * team * AGENT_BYTES),
+            "their worlds": live * world,
+            f"the held episodes at {human(EPISODE_AGENT_BYTES)} an agent": int(
+                held * team * EPISODE_AGENT_BYTES
+            ),
+        },
+        world=world,
+    )
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Everything a run needs that can be checked without running it: every team size's
+    episode config, world and organisation, and the memory the concurrent episodes need at
+    least. Raises ValueError with one line."""
+    check_training(cfg)
+    commons, (world, *_) = cfg.commons.kind, cfg.worlds
+    if commons != "off":
+        cls = resolve_world(world.world)
+        if not cls.commons:
+            raise ValueError(
+                f"commons = {commons!r}: world {world.world!r} declares no commons (a world "
+                'names the constructor parameter that receives it: `commons = "..."`; '
+                "library has one)"
+            )
+        if cls.commons in world.params:
+            raise ValueError(
+                f"commons = {commons!r}: params sets {cls.commons!r}, which the run's "
+                "commons fills: drop it from params"
+            )
+        hint = typing.get_type_hints(cls.__init__).get(cls.commons)
+        if hint is None or Commons not in (hint, *typing.get_args(hint)):
+            raise ValueError(
+                f"commons = {commons!r}: world {world.world!r} says its commons is the "
+                f"parameter {cls.commons!r}, which its constructor does not take as a "
+                "collective.world.Commons"
+            )
+        if commons == "credit" and "frozen" in policies_of(cfg.org):
+            raise ValueError(
+                f"commons = 'credit' with org = {cfg.org!r}: a re-run answers every agent with "
+                "the trained weights, so the frozen sub-agents' turns would change with the "
+                "entry removed; use org = 'orchestrator:trained' or commons = 'on'"
+            )
+    if cfg.role_policies and len(trained_roles(cfg.org)) < 2:
+        raise ValueError(
+            f"role_policies with org = {cfg.org!r}: it has one trained role "
+            f"({', '.join(trained_roles(cfg.org))}), so one policy already is per role; use "
+            "org = 'ceo' or 'orchestrator:trained', or drop role_policies"
+        )
+    turn = cfg.advantage if isinstance(cfg.advantage, Turn) else None
+    if turn is not None and "frozen" in policies_of(cfg.org):
+        raise ValueError(
+            "advantage = 'turn' with org = 'orchestrator': a fork answers every agent with the "
+            "trained policy, so the frozen sub-agents' turns would be re-sampled by the wrong "
+            "weights; use another advantage or another org"
+        )
+    if turn is not None and (
+        why := fork_budget(
+            turn.turns, turn.samples, cfg.groups_per_step * cfg.group_size, cfg.steps
+        )
+    ):
+        raise ValueError(f"advantage = 'turn': {why}")
+    if turn is not None and turn.horizon > 0:
+        longest = max(time_limit_at(cfg, step, w) for w in mix(cfg) for step in (0, cfg.steps - 1))
+        if turn.horizon >= longest:
+            raise ValueError(
+                f"advantage.horizon = {turn.horizon:g} s reaches past every episode's end (the "
+                f"longest time limit is {longest:g} s): every fork would be read at the end, "
+                "as horizon = 0 says; set 0 or a horizon shorter than the time limit"
+            )
+    for episode in first_configs(cfg):
+        if commons != "off":  # (as its episodes will be: with the commons' parameter)
+            episode = CommonsStore(cfg, resolve_world(world.world).commons).apply(episode, 0)
+        check_runnable(episode)
+
+
+def policies_of(org: str) -> set[str]:
+    """The policies an organisation's roles run (``trained``, ``frozen``)."""
+    o = make_organisation(org)
+    return {o.policy_of(r) for r in o.roles()}
+
+
+def check_init(cfg: TrainConfig, model: Any) -> None:
+    """A run that starts from a checkpoint has the checkpoint's shape; its config must say so
+    (``load_config`` fills [model] from the checkpoint where the config leaves it out)."""
+    have = getattr(model, "config", None)
+    if cfg.model.kind != "tiny" or have is None:
+        return
+    want = msgspec.structs.replace(cfg.tiny, seed=have.seed)
+    if want != have:
+        diff = ", ".join(
+            f"{f} = {getattr(have, f)} (config says {getattr(want, f)})"
+            for f in have.__struct_fields__
+            if getattr(have, f) != getattr(want, f)
+        )
+        raise ValueError(
+            f"init {cfg.init}: the checkpoint's network has {diff}; drop those [model] settings "
+            "or make them match"
+        )
