@@ -273,7 +273,7 @@ class HFBackend:
                 f"top_p = {cfg.top_p} is sampled in-process only (hf_server = ''): the SGLang "
                 "client samples with top_p = 1",
             ),
-        ]  # (the numbers' domains are the config's own: collective.rl.config.DOMAINS)
+        ]  # (the numbers' domains are the config's own: collective.rl.domains.DOMAINS)
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"train config: {msg}")

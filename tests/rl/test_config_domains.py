@@ -1,5 +1,5 @@
 """Every value of a training config is checked once, where the config is read: each number
-against its domain (``collective.rl.config.DOMAINS``), each refusal one line naming the field and
+against its domain (``collective.rl.domains.DOMAINS``), each refusal one line naming the field and
 the value. Hypothesis throws numbers of every kind (NaN, infinities, zero, negatives, huge
 integers, floats where integers go) through ``load_config``'s ``--set``, the boundary the
 command line uses, against the domains the issue asks for, written out here again."""
@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collective.rl.config import (
-    DOMAINS,
     HF,
     STRINGS,
     CommonsCredit,
@@ -30,6 +29,7 @@ from collective.rl.config import (
     load_config,
     read_config,
 )
+from collective.rl.domains import DOMAINS
 
 
 def finite_positive(x: float) -> bool:
