@@ -42,6 +42,7 @@ import torch
 
 from collective.base.actions import ActionSpace
 from collective.base.outputs import write_file
+from collective.rl.learner import Scorer
 from collective.rl.roles import RoleModels, trained_roles
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
 from policy.roles import RolePolicy
@@ -54,9 +55,12 @@ Weights = dict[str, torch.Tensor]
 Logprobs = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 
-class LearnerSide(Protocol):
+class LearnerSide(Scorer, Protocol):
     """The trainable side of a backend. ``model`` is always one this backend made (``fresh`` or
-    ``load``), or a frozen copy of one (the learner's reference, for the KL term)."""
+    ``load``), or a frozen copy of one (the learner's reference, for the KL term). As the
+    learner's :class:`~collective.rl.learner.Scorer` it scores a model's output tokens under the
+    distribution the run sampled them from (``TrainableModel.token_logprobs`` with what this
+    backend's models need besides)."""
 
     def fresh(self) -> TrainableModel: ...
 
@@ -68,19 +72,6 @@ class LearnerSide(Protocol):
         ...
 
     def load_weights(self, model: TrainableModel, weights: Weights) -> None: ...
-
-    def token_logprobs(
-        self,
-        model: Any,
-        prompts: Sequence[str],
-        outputs: Sequence[Sequence[int]],
-        spaces: Sequence[ActionSpace],
-        temperature: float,
-    ) -> Logprobs:
-        """``model``'s log-probability of each output token (differentiable) and the entropy at
-        each output position, under the distribution the run sampled them from
-        (``TrainableModel.token_logprobs`` with what this backend's models need besides)."""
-        ...
 
     def checkpoint(self, model: TrainableModel, directory: Path, snapshot: str | None) -> Path: ...
 
