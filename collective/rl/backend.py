@@ -82,6 +82,17 @@ class LearnerSide(Protocol):
         (``TrainableModel.token_logprobs`` with what this backend's models need besides)."""
         ...
 
+    def token_counts(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        """The tokens ``token_logprobs`` feeds ``model`` for each sample (what the learner's
+        ``chunk_tokens`` counts): the prompt as this backend's models read it, and the output."""
+        ...
+
     def checkpoint(self, model: TrainableModel, directory: Path, snapshot: str | None) -> Path: ...
 
 
@@ -203,6 +214,15 @@ class TinyBackend:
         return model.token_logprobs(
             prompts, outputs, spaces, temperature, max_tokens=self.cfg.max_output_tokens
         )
+
+    def token_counts(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        return model.token_counts(prompts, outputs, spaces, max_tokens=self.cfg.max_output_tokens)
 
     def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
         """``latest.pt`` (usable with ``--policy tiny:PATH``) and, when asked, a snapshot."""
@@ -345,6 +365,15 @@ class HFBackend:
             entropy_grad=cfg.entropy_coef > 0,
             top_p=cfg.top_p,
         )
+
+    def token_counts(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        return model.token_counts(prompts, outputs, spaces)
 
     def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
         """``latest/`` (a model directory: ``--policy hf:DIR`` and SGLang load it) and, when
