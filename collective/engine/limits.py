@@ -5,7 +5,10 @@ Two guards. ``check_fits`` adds up what a run will hold, from measured constants
 what a world says of itself (``World.footprint``), and refuses in one line, before any work,
 a run that will not fit in the memory available: every agent of a run, every group's world
 (which must fit in half, the half ``memory_cap`` lets a world be built in), and in training the
-episodes in flight and those a step holds for the learner. ``memory_cap`` runs a block with the
+episodes in flight and those a step holds for the learner, and an hf model held in this
+machine's memory (``collective.rl.checks.model_parts``: the model, its training state, its
+served copies with the decoder's float64 weights, the backward at its token budget).
+``memory_cap`` runs a block with the
 address space capped at what is in use plus half of what is available (the other half is the
 run's: its agents, its record, the policy), so a world that cannot say what it needs and asks
 for too much gets a MemoryError, which the caller turns into a one-line error, instead of taking
@@ -34,6 +37,12 @@ AGENT_BYTES = 6144
 # One training episode, in flight and then held for the learner, per agent: a peak-RSS slope,
 # rounded down to a power of two (bench/results/footprint/README.md).
 EPISODE_AGENT_BYTES = 512 * 1024
+# A Hugging Face learner's backward pass, per prompt + output token of one chunk
+# (``chunk_tokens``), per layer x hidden unit of the model: a peak-RSS slope on SmolLM2-135M
+# with LoRA, rounded up (bench/results/learner_memory/README.md); without and with gradient
+# checkpointing.
+BACKWARD_UNIT_BYTES = 14
+CHECKPOINTED_UNIT_BYTES = 8
 
 
 def _read_int(path: str) -> int | None:
@@ -79,25 +88,27 @@ def human(n: float) -> str:
     raise AssertionError
 
 
-def check_fits(what: str, parts: dict[str, int], *, world: int = 0) -> None:
+def check_fits(what: str, parts: dict[str, int], *, world: int = 0) -> str:
     """ValueError, one line naming the parts, if ``parts`` (bytes by what holds them) add up to
     more than the memory available, or the largest world alone (``world`` bytes, counted in the
-    parts too) to more than the half of it a world is built in (``memory_cap``)."""
+    parts too) to more than the half of it a world is built in (``memory_cap``). Returns the
+    one line of what it will take (and of what is available, where that can be read)."""
     free = available_memory()
     need = sum(parts.values())
+    said = ", ".join(f"{name} {human(n)}" for name, n in parts.items() if n)
     if free is None:
-        return
+        return f"{what} need at least {human(need)} ({said})"
     if world > free // 2:
         raise ValueError(
             f"{what}: the world needs at least {human(world)}, more memory than half of the "
             f"{human(free)} this machine has available (the other half is the run's)"
         )
     if need > free:
-        said = ", ".join(f"{name} {human(n)}" for name, n in parts.items() if n)
         raise ValueError(
             f"{what} need at least {human(need)} ({said}), more than the {human(free)} of "
             "memory available"
         )
+    return f"{what} need at least {human(need)} ({said}), of the {human(free)} available"
 
 
 def check_agents(agents: int, what: str, world_bytes: int = 0, largest_world: int = 0) -> None:

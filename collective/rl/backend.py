@@ -195,6 +195,15 @@ class TinyBackend:
             prompts, outputs, spaces, temperature, max_tokens=self.cfg.max_output_tokens
         )
 
+    def token_counts(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        return model.token_counts(prompts, outputs, spaces, max_tokens=self.cfg.max_output_tokens)
+
     def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
         """``latest.pt`` (usable with ``--policy tiny:PATH``) and, when asked, a snapshot."""
         from policy.tiny import save_checkpoint
@@ -336,6 +345,15 @@ class HFBackend:
             entropy_grad=cfg.entropy_coef > 0,
             top_p=cfg.top_p,
         )
+
+    def token_counts(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        return model.token_counts(prompts, outputs, spaces)
 
     def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
         """``latest/`` (a model directory: ``--policy hf:DIR`` and SGLang load it) and, when

@@ -13,6 +13,8 @@ import msgspec
 
 from collective.engine.limits import (
     AGENT_BYTES,
+    BACKWARD_UNIT_BYTES,
+    CHECKPOINTED_UNIT_BYTES,
     EPISODE_AGENT_BYTES,
     check_agents,
     check_fits,
@@ -29,12 +31,14 @@ from collective.rl.rollouts import first_configs
 from collective.world import Commons, convert_params
 
 
-def check_training(cfg: TrainConfig) -> None:
+def check_training(cfg: TrainConfig) -> str:
     """ValueError if a training run cannot hold what it will: the episodes in flight (each its
     team's agents and its world: the largest of the mix's worlds, as any group may draw it) and
     the finished ones a step keeps whole for the learner, up to ``lag + 1`` steps of
     ``groups_per_step x group_size`` (an episode of a later step waits for its weights' step to
-    be learned from). A world that does not exist fails here, naming it."""
+    be learned from), and an hf model held in this machine's memory (:func:`model_parts`). A
+    world that does not exist fails here, naming it. Returns the one line of what it will
+    take."""
     worlds = mix(cfg)
     classes = [resolve_world(w.world) for w in worlds]  # (a world that is not there: first)
     largest = max(max(w.team_sizes) for w in worlds)
@@ -47,24 +51,78 @@ def check_training(cfg: TrainConfig) -> None:
         world_footprint(cls, max(w.team_sizes), convert_params(cls, w.params, w.world), w.world)
         for cls, w in zip(classes, worlds, strict=True)
     )
-    check_fits(
-        f"training: {live:,} episodes in flight and {held:,} held for the learner",
+    unbounded = cfg.model.kind == "hf" and not cfg.chunk_tokens
+    return check_fits(
+        f"training: {live:,} episodes in flight and {held:,} held for the learner"
+        + (" (and a backward pass bounded by turns alone: chunk_tokens = 0)" if unbounded else ""),
         {
             "their agents": int(live * team * AGENT_BYTES),
             "their worlds": live * world,
             f"the held episodes at {human(EPISODE_AGENT_BYTES)} an agent": int(
                 held * team * EPISODE_AGENT_BYTES
             ),
+            **model_parts(cfg),
         },
         world=world,
     )
 
 
-def validate(cfg: TrainConfig) -> None:
+def model_parts(cfg: TrainConfig) -> dict[str, int]:
+    """What an hf run holds in this machine's memory besides its episodes, by what holds it
+    (none for the tiny model, or a model on a GPU): the model (and its LoRA adapters), the
+    trained parameters' gradients and two Adam moments, the in-process served copies (one per
+    live version, ``lag + 1``, and the orchestrator's frozen one: each a copy of the model and
+    the batch-invariant decoder's float64 rounded copy of every weight matrix, the tied head's
+    apart, ``policy.hf.decoder``; under LoRA the adapters merged into one more copy while a
+    decoder is built), a KL reference's copy, and the backward pass at ``chunk_tokens`` (a
+    measured slope per token and layer x hidden unit; with no token budget the backward is
+    bounded by turns alone and is not counted: ``check_training``'s line says so). The model is
+    sized from its directory (``policy.hf.size``), built first where ``build`` names a recipe."""
+    if cfg.model.kind != "hf":
+        return {}
+    hf = cfg.hf
+    import torch
+
+    if hf.device == "cuda" or (hf.device == "auto" and torch.cuda.is_available()):
+        return {}  # (the model is in the GPU's memory, not this machine's)
+    from pathlib import Path
+
+    from collective.rl.backend import build_model
+    from policy.hf.size import model_size
+
+    if hf.build and not Path(hf.path).exists():
+        build_model(hf.build, Path(hf.path))
+    size = model_size(hf.path)
+    width = 4 if hf.dtype == "float32" else 2
+    model = size.parameters * width
+    adapters = size.adapters(hf.lora_rank)
+    trained = adapters or size.parameters
+    parts = {
+        f"the model ({size.parameters:,} parameters)": model + adapters * 4,
+        f"gradients and Adam moments of {trained:,}": trained * 3 * (4 if adapters else width),
+    }
+    if not hf.server:
+        versions = cfg.lag + 1 + ("frozen" in policies_of(cfg.org))
+        copies = size.parameters + (size.vocab * size.hidden if size.tied else 0)
+        each = model + adapters * 4 + copies * 8
+        parts[f"{versions} served versions at {human(each)} (float64 decode weights)"] = (
+            versions * each + (model if adapters else 0)
+        )
+    if cfg.kl_coef > 0 and not adapters:
+        parts["the KL reference's copy"] = model
+    if cfg.chunk_tokens:
+        unit = CHECKPOINTED_UNIT_BYTES if hf.gradient_checkpointing else BACKWARD_UNIT_BYTES
+        parts[f"the backward at {cfg.chunk_tokens:,} tokens"] = (
+            cfg.chunk_tokens * size.layers * size.hidden * unit
+        )
+    return parts
+
+
+def validate(cfg: TrainConfig) -> str:
     """Everything a run needs that can be checked without running it: every team size's
-    episode config, world and organisation, and the memory the concurrent episodes need at
-    least. Raises ValueError with one line."""
-    check_training(cfg)
+    episode config, world and organisation, and the memory the run needs at least. Raises
+    ValueError with one line; returns the one line of the memory it will take."""
+    memory = check_training(cfg)
     commons, (world, *_) = cfg.commons.kind, cfg.worlds
     if commons != "off":
         cls = resolve_world(world.world)
@@ -123,6 +181,7 @@ def validate(cfg: TrainConfig) -> None:
         if commons != "off":  # (as its episodes will be: with the commons' parameter)
             episode = CommonsStore(cfg, resolve_world(world.world).commons).apply(episode, 0)
         check_runnable(episode)
+    return memory
 
 
 def policies_of(org: str) -> set[str]:

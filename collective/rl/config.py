@@ -236,6 +236,10 @@ class TrainConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kl_estimator: Literal["k1", "k3"] = "k3"
     max_grad_norm: float = 1.0
     chunk: int = 512  # turns per forward/backward chunk (bounds the learner's memory)
+    # Prompt + output tokens per forward/backward chunk, besides ``chunk``: what bounds the
+    # backward's memory whatever a step's size (its activations grow with tokens, not turns;
+    # a turn longer than this goes alone). 0 = no token bound (turns only).
+    chunk_tokens: int = 0
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
     # -- asynchrony -------------------------------------------------------------------------
     sync: Literal["pinned", "latest"] = "pinned"
@@ -633,9 +637,12 @@ def flat_fields(cfg: TrainConfig) -> dict[str, Any]:
     mixed = tree_["mix"] or {}
     out["world_normalise"] = mixed.get("normalise", _flat_default("world_normalise"))
     out["baseline_episodes"] = mixed.get("baseline_episodes", _flat_default("baseline_episodes"))
-    return {k: out[k] for k in RECORD_ORDER}
+    return {k: out[k] for k in RECORD_ORDER if k not in UNSET or out[k] != UNSET[k]}
 
 
+#: Flat keys a record holds only when set (not at these defaults): a run made before they
+#: existed keeps its record and its digest, and one that sets them says so.
+UNSET: dict[str, Any] = {"chunk_tokens": 0}
 #: The flat form's keys in the order a run's record writes them.
 RECORD_ORDER = (
     *("world", "params", "org", "team_sizes", "latency", "steps", "groups_per_step"),
@@ -644,7 +651,8 @@ RECORD_ORDER = (
     *("std_normalise", "fork_turns", "fork_samples", "fork_horizon", "commons"),
     *("commons_size", "commons_credit_entries", "commons_credit_reruns", "commons_discount"),
     *("learning_rate", "clip", "aggregation", "normaliser", "entropy_coef", "kl_coef"),
-    *("kl_estimator", "max_grad_norm", "chunk", "sync", "lag", "max_staleness", "stale"),
+    *("kl_estimator", "max_grad_norm", "chunk", "chunk_tokens", "sync", "lag"),
+    *("max_staleness", "stale"),
     *("concurrency", "channel_capacity", "backend", "role_policies", "hf_model", "hf_build"),
     *("hf_server", "device", "dtype", "lora_rank", "lora_alpha", "gradient_checkpointing"),
     *("logit_chunk", "hf_batch", "weight_decay", "model", "init", "temperature", "top_p"),

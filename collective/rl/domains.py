@@ -58,6 +58,7 @@ DOMAINS: dict[str, Domain] = {
     "kl_coef": FINITE_NON_NEGATIVE,
     "max_grad_norm": FINITE_POSITIVE,
     "chunk": _at_least(1),
+    "chunk_tokens": _at_least(0),
     "weight_decay": FINITE_NON_NEGATIVE,
     "lag": _at_least(0),
     "max_staleness": _at_least(0),

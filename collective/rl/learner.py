@@ -4,9 +4,11 @@
 logprobs that sampled them, its rollout's advantage and weight) and does what CleanRL's
 ``ppo.py`` does in its update: recompute the tokens' logprobs under the current weights, form
 the PPO-clipped importance-weighted loss, backpropagate in chunks (bounding memory), clip the
-gradient norm, step AdamW. It knows nothing of episodes, versions on the wire or run
-directories: whoever calls it (a thread of the training process, or a Ray actor on a GPU node)
-owns those.
+gradient norm, step AdamW. A chunk is bounded by turns (``chunk``) and, with ``chunk_tokens``,
+by the prompt and output tokens its forward pass reads (:func:`token_chunks`): the backward's
+activations grow with tokens, so that bound is what keeps a step's memory whatever its size.
+It knows nothing of episodes, versions on the wire or run directories: whoever calls it (a
+thread of the training process, or a Ray actor on a GPU node) owns those.
 """
 
 from __future__ import annotations
@@ -91,6 +93,17 @@ class Scorer(Protocol):
         temperature: float,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]: ...
 
+    def token_counts(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        """The tokens ``token_logprobs`` would feed ``model`` for each sample (its prompt as the
+        model reads it, truncation and template included, and its output)."""
+        ...
+
 
 class ModelDefaults:
     """The :class:`Scorer` of a model that needs nothing besides: its own ``token_logprobs``
@@ -105,6 +118,34 @@ class ModelDefaults:
         temperature: float,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         return model.token_logprobs(prompts, outputs, spaces, temperature)
+
+    def token_counts(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        return model.token_counts(prompts, outputs, spaces)
+
+
+def token_chunks(sizes: Sequence[int], budget: int, turns: int) -> list[range]:
+    """The samples (by index, in order) each forward/backward pass takes: greedily, at most
+    ``turns`` samples and ``budget`` tokens a chunk (``budget`` 0: no token bound). A sample is
+    never split (its prompt is one forward pass, and ``sequence_mean`` sums it whole), so one
+    larger than ``budget`` goes alone. The order is kept: the loss's sums are the unchunked
+    step's up to float summation order."""
+    chunks: list[range] = []
+    start, held = 0, 0
+    for i, n in enumerate(sizes):
+        full = i - start >= turns or (budget > 0 and held + n > budget)
+        if i > start and full:
+            chunks.append(range(start, i))
+            start, held = i, 0
+        held += n
+    if start < len(sizes):
+        chunks.append(range(start, len(sizes)))
+    return chunks
 
 
 class Learner:
@@ -153,8 +194,8 @@ class Learner:
         n_tokens = float(sum(len(s.tokens) for s in samples))
         n_seqs = float(len(samples))
         totals = dict(loss=0.0, clipped=0.0, ratio=0.0, entropy=0.0, kl=0.0)
-        for start in range(0, len(samples), cfg.chunk):
-            chunk = samples[start : start + cfg.chunk]
+        for part in self._chunks(samples):
+            chunk = samples[part.start : part.stop]
             new, entropy = self.scorer.token_logprobs(
                 self.model,
                 [s.prompt for s in chunk],
@@ -224,6 +265,21 @@ class Learner:
             "trained_tokens": n_tokens,
             "optimiser_step": True,
         }
+
+    def _chunks(self, samples: Sequence[Sample]) -> list[range]:
+        """The step's forward/backward passes (:func:`token_chunks`); the samples are counted
+        only under a token budget."""
+        sizes = (
+            self.scorer.token_counts(
+                self.model,
+                [s.prompt for s in samples],
+                [s.tokens for s in samples],
+                [s.space for s in samples],
+            )
+            if self.cfg.chunk_tokens
+            else [0] * len(samples)
+        )
+        return token_chunks(sizes, self.cfg.chunk_tokens, self.cfg.chunk)
 
     def state(self) -> dict[str, Any]:
         return {"optimiser": self.optimiser.state_dict()}

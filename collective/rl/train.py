@@ -293,7 +293,9 @@ def _train(
     from collective.base.progress import step_clock
 
     # -- check and build everything; nothing but the lock is written yet ---------------------
-    validate(cfg)
+    memory = validate(cfg)
+    if cfg.model.kind == "hf":  # what the model holds is most of the run's memory: said first
+        print(f"memory: {memory}", file=sys.stderr)
     parts = _build(cfg, run, resume)
     state = parts.state
     if state.step >= cfg.steps:

@@ -408,6 +408,19 @@ class HFModel:
                 logprobs[i], entropies[i] = a, b
         return logprobs, entropies
 
+    def token_counts(
+        self,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace],
+    ) -> list[int]:
+        """The prompt's ids as :meth:`token_logprobs` builds them (the chat template's) and the
+        output's: what one sample puts through the forward pass."""
+        return [
+            len(prompt_ids(self.tokenizer, p, s)) + len(o)
+            for p, o, s in zip(prompts, outputs, spaces, strict=True)
+        ]
+
     def _checkpointed(self) -> bool:
         """Whether this forward pass checkpoints layers: gradient checkpointing is on and there
         are gradients to compute. (transformers checkpoints only in train mode, so ``_score``

@@ -174,6 +174,21 @@ class TinyModel:
             self.net, fitted, outputs, [max_tokens] * len(fitted), temperature, tables
         )
 
+    def token_counts(
+        self,
+        prompts: Sequence[str],
+        outputs: Sequence[Sequence[int]],
+        spaces: Sequence[ActionSpace] = (),
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> list[int]:
+        """Per sample, the tokens ``token_logprobs`` feeds the network: the prompt's bytes as it
+        cuts them (BOS included) and the output (``spaces`` do not change the count)."""
+        room = self.config.context - max_tokens
+        return [
+            len(decode.fit_prompt(p, room)) + len(o) for p, o in zip(prompts, outputs, strict=True)
+        ]
+
     def save(self, directory: Path) -> Path:
         return self.save_to(Path(directory) / f"tiny-v{self.version:06d}.pt")
 

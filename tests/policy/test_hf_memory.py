@@ -53,3 +53,35 @@ def test_a_learner_step_on_16_by_1024_tokens_stays_far_below_the_naive_logits(ti
     )
     assert logits > 9 * GIB
     assert chunked["peak_bytes"] < logits / 20
+
+
+def test_the_guard_counts_an_hf_runs_model_as_loaded(tiny_lm, monkeypatch):  # noqa: F811
+    """The model's parameters and LoRA's adapters, read from the directory without loading it,
+    are what the loaded model has; the served versions are lag + 1 copies, each with the
+    decoder's float64 weights; a machine that cannot hold them refuses the run in one line."""
+    from collective.engine import limits
+    from collective.rl.checks import check_training, model_parts
+    from collective.rl.config import read_config
+    from policy.hf.model import HFModel
+
+    cfg = read_config(
+        dict(backend="hf", hf_model=str(tiny_lm), device="cpu", lora_rank=4, chunk_tokens=512)
+    )
+    parts = model_parts(cfg)
+    loaded = HFModel.load(tiny_lm, lora_rank=4)
+    every = sum(p.numel() for p in loaded.model.parameters())
+    trained = sum(p.numel() for p in loaded.parameters())
+    params = every - trained
+    assert parts[f"the model ({params:,} parameters)"] == (params + trained) * 4
+    assert parts[f"gradients and Adam moments of {trained:,}"] == trained * 3 * 4
+    (served,) = [v for k, v in parts.items() if k.startswith("2 served versions")]
+    assert served > 2 * params * (4 + 8)  # a copy and its float64 weights, a version
+    assert parts["the backward at 512 tokens"] > 0
+    said = check_training(cfg)
+    assert "served versions" in said and "the backward at 512 tokens" in said
+    need = sum(parts.values())
+    monkeypatch.setattr(limits, "available_memory", lambda: need // 2)
+    with pytest.raises(ValueError, match=r"^training: .* served versions .* more than the ") as e:
+        check_training(cfg)
+    assert "\n" not in str(e.value)
+    assert model_parts(read_config(dict(backend="hf", hf_model=str(tiny_lm), device="cuda"))) == {}

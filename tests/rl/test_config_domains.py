@@ -65,6 +65,7 @@ SPEC: dict[str, Callable[[Any], bool]] = {
     "kl_coef": finite_non_negative,
     "max_grad_norm": finite_positive,
     "chunk": at_least(1),
+    "chunk_tokens": at_least(0),
     "lag": at_least(0),
     "max_staleness": at_least(0),
     "concurrency": at_least(1),

@@ -163,3 +163,37 @@ def test_bad_learner_settings_stop_the_run_before_any_episode(tmp_path: Path) ->
     ):
         load_config(CONFIG, ["lora_rank=-1"])
     assert not list((tmp_path / "run2" / "episodes").glob("*.msgpack"))
+
+
+def test_chunking_a_step_by_tokens_changes_the_hf_gradient_by_rounding_only(
+    tiny_lm: Path,  # noqa: F811
+) -> None:
+    """tiny-lm under LoRA: the step's gradient in one backward pass and in passes of at most
+    300 tokens (chat prompts as the model reads them) agree to float tolerance."""
+    from collective.rl.backend import HFBackend
+    from collective.rl.config import read_config
+    from collective.rl.learner import Learner, token_chunks
+    from experiments.learner_cost import samples_for
+
+    grads = []
+    for budget in (0, 300):
+        cfg = read_config(
+            dict(
+                backend="hf", hf_model=str(tiny_lm), device="cpu", lora_rank=4, chunk_tokens=budget
+            )
+        )
+        backend = HFBackend(cfg, Path("unused"))
+        torch.manual_seed(0)  # (LoRA's adapters start random)
+        model = backend.fresh()
+        samples = samples_for(model, 6, 120, 8)
+        sizes = backend.token_counts(
+            model,
+            [s.prompt for s in samples],
+            [s.tokens for s in samples],
+            [s.space for s in samples],
+        )
+        assert len(token_chunks(sizes, budget, cfg.chunk)) == (1 if budget == 0 else 3), sizes
+        Learner(model, cfg, backend).step(samples)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for g, h in zip(*grads, strict=True):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from collective import EpisodeConfig, run_episodes
 from collective.rl.backend import TinyBackend
 from collective.rl.config import read_config
-from collective.rl.learner import Learner, Sample, kl_estimate
+from collective.rl.learner import Learner, Sample, kl_estimate, token_chunks
 from collective.rl.train import read_metrics, train
 from policy.tiny import TinyConfig, TinyModel, TinyPolicy
 from tests.support.training import comparable_metrics, small_train
@@ -72,6 +72,63 @@ def test_a_batch_without_advantage_moves_no_weight_and_no_adam_moment() -> None:
         p.grad = torch.zeros_like(p)
     learner.optimiser.step()
     assert any(not torch.equal(weights[k], v) for k, v in model.net.state_dict().items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 50), max_size=30), st.integers(0, 120), st.integers(1, 8))
+def test_chunks_by_tokens_cover_the_step_in_order_and_stop_at_the_first_overflow(
+    sizes: list[int], budget: int, turns: int
+) -> None:
+    chunks = token_chunks(sizes, budget, turns)
+    assert [i for c in chunks for i in c] == list(range(len(sizes)))
+    for at, c in enumerate(chunks):
+        after = chunks[at + 1] if at + 1 < len(chunks) else None
+        held = sum(sizes[i] for i in c)
+        assert 1 <= len(c) <= turns
+        assert budget == 0 or held <= budget or len(c) == 1  # a long turn goes alone
+        if after is not None:  # greedy: the next sample would have broken a bound
+            assert len(c) == turns or (budget > 0 and held + sizes[after.start] > budget)
+
+
+def test_chunks_without_a_token_budget_are_the_turn_chunks() -> None:
+    assert token_chunks([0] * 7, 0, 3) == [range(0, 3), range(3, 6), range(6, 7)]
+
+
+@pytest.mark.parametrize("budget", [1, 300, 2000])
+def test_two_chunkings_of_a_step_give_the_same_update(budget: int) -> None:
+    """The loss is normalised over the whole step, so chunking it by tokens changes the
+    gradient by float summation order alone: the step's gradient, and the weights after it,
+    agree to float tolerance with those of the step in one chunk (a real tiny model, real tally
+    turns). (Adam's first update is about lr * sign(g), so a weight whose gradient is near 0
+    moves by a float-noise-sized fraction of lr: the weights are compared at lr's scale.)"""
+    samples = _samples(0.5)
+    after = []
+    grads = []
+    for tokens in (0, budget):
+        cfg = read_config(
+            dict(model=NET, max_output_tokens=12, learning_rate=1e-2, chunk_tokens=tokens)
+        )
+        model = TinyModel.fresh(NET)
+        learner = Learner(model, cfg, TinyBackend(cfg))
+        stats = learner.step(samples)
+        after.append((_state(model), stats))
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    (one, a), (many, b) = after
+    assert a["trained_tokens"] == b["trained_tokens"]
+    assert math.isclose(a["loss"], b["loss"], rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=1e-4)
+    assert len(grads[0]) == len(grads[1]) > 0
+    for g, h in zip(*grads, strict=True):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
+    for k in one:
+        torch.testing.assert_close(one[k], many[k], rtol=0, atol=1e-2 * 1e-3)
+    sizes = TinyBackend(read_config(dict(model=NET, max_output_tokens=12))).token_counts(
+        TinyModel.fresh(NET),
+        [s.prompt for s in samples],
+        [s.tokens for s in samples],
+        [s.space for s in samples],
+    )
+    assert len(token_chunks(sizes, budget, 512)) > 1 or sum(sizes) <= budget
 
 
 @settings(max_examples=50, deadline=None)
