@@ -92,7 +92,10 @@ def model_parts(cfg: TrainConfig) -> dict[str, int]:
 
     if hf.build and not Path(hf.path).exists():
         build_model(hf.build, Path(hf.path))
-    size = model_size(hf.path)
+    try:
+        size = model_size(hf.path)
+    except ValueError:  # (not a model: the backend's load names what is wrong, in one line)
+        return {}
     width = 4 if hf.dtype == "float32" else 2
     model = size.parameters * width
     adapters = size.adapters(hf.lora_rank)

@@ -295,7 +295,7 @@ def _train(
     # -- check and build everything; nothing but the lock is written yet ---------------------
     memory = validate(cfg)
     if cfg.model.kind == "hf":  # what the model holds is most of the run's memory: said first
-        print(f"memory: {memory}", file=sys.stderr)
+        print(f"memory: {memory}", flush=True)  # (stdout: stderr is a failure's one line)
     parts = _build(cfg, run, resume)
     state = parts.state
     if state.step >= cfg.steps:
