@@ -7,12 +7,15 @@ from these before any weight is loaded.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
 import msgspec
 
-BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1}
+#: The largest header a safetensors file may have (the format's own limit): a length field
+#: beyond it is a damaged file, refused before it is read.
+MAX_HEADER = 100_000_000
 
 
 class ModelSize(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,6 +35,8 @@ class ModelSize(msgspec.Struct, frozen=True, kw_only=True):
 def _header(path: Path) -> dict[str, dict]:
     with path.open("rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
+        if n > MAX_HEADER:
+            raise ValueError(f"{path.name}: a header of {n:,} bytes (at most {MAX_HEADER:,})")
         return json.loads(f.read(n))
 
 
@@ -49,10 +54,7 @@ def model_size(directory: str | Path) -> ModelSize:
     count = 0
     linear = []
     for name, t in tensors.items():
-        n = 1
-        for d in t["shape"]:
-            n *= int(d)
-        count += n
+        count += math.prod(int(d) for d in t["shape"])
         if ".layers." in name and name.endswith(".weight") and len(t["shape"]) == 2:
             linear.append((int(t["shape"][0]), int(t["shape"][1])))
     tied = bool(config.get("tie_word_embeddings", False))

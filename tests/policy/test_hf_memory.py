@@ -85,3 +85,19 @@ def test_the_guard_counts_an_hf_runs_model_as_loaded(tiny_lm, monkeypatch):  # n
         check_training(cfg)
     assert "\n" not in str(e.value)
     assert model_parts(read_config(dict(backend="hf", hf_model=str(tiny_lm), device="cuda"))) == {}
+
+
+def test_a_safetensors_header_length_past_the_formats_limit_is_refused_unread(tmp_path: Path):
+    """A damaged length field would make the guard allocate that many bytes: it is refused in
+    one line naming the file, before anything is read."""
+    import json
+    import struct
+
+    from policy.hf.size import MAX_HEADER, model_size
+
+    (tmp_path / "config.json").write_text(
+        json.dumps({"hidden_size": 4, "vocab_size": 8, "num_hidden_layers": 1})
+    )
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", MAX_HEADER + 1) + b"{}")
+    with pytest.raises(ValueError, match=r"model\.safetensors: a header of 100,000,001 bytes"):
+        model_size(tmp_path)
