@@ -149,6 +149,48 @@ def test_an_episode_replays_exactly_with_its_answers_recomputed(smol: Path, tmp_
     assert main(["replay", str(ep_path), "--policy", policy]) == 0
 
 
+def test_one_lora_step_on_policy_has_ratio_one_and_saves_a_playable_model(
+    smol: Path, tmp_path: Path
+) -> None:
+    """configs/llm-smol.toml cut to one small step (one group of two tally episodes of 20
+    simulated seconds): the learner's recomputed logprobs match the sampler's (ratio 1 within
+    1e-4: the decoder's exact sums against the learner's float32 forward), the adapters train
+    (some token does), and the checkpoint is a model directory the hf policy plays."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "llm-smol.toml"
+    run = tmp_path / "run"
+    sets = ["steps=1", "groups_per_step=1", "group_size=2", "resample=0", "concurrency=2"]
+    sets += ["max_output_tokens=8", f"model.path={smol}", "model.build=''"]
+    sets += ["time_limit_start=20.0", "time_limit_end=20.0"]
+    done = cli("train", str(config), "--out", str(run), *(x for s in sets for x in ("--set", s)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    (metrics,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["trained_tokens"] > 0
+    assert abs(metrics["ratio_mean"] - 1.0) < 1e-4, metrics["ratio_mean"]
+    assert metrics["clip_fraction"] == 0.0
+    latest = run / "checkpoints" / "latest"
+    config_json = json.loads((latest / "config.json").read_text())
+    assert config_json["num_hidden_layers"] == 30, "the merged model, not the adapters alone"
+    ep = tmp_path / "after.msgpack"
+    assert (
+        main(
+            [
+                "run",
+                "tally",
+                "--agents",
+                "2",
+                "--time-limit",
+                "20",
+                "--policy",
+                f"hf:{latest}",
+                "--out",
+                str(ep),
+            ]
+        )
+        == 0
+    )
+    assert load_episode(ep).turns, "the trained model plays"
+
+
 # -- refusals: one line, exit 2, nothing written ----------------------------------------------
 
 
