@@ -4,6 +4,7 @@ One prepared command, nothing downloaded, sized for under 8 minutes on one H200:
 
     python bench/gpu.py             # CUDA: a Qwen2.5-0.5B-shaped model, random weights, bf16
     python bench/gpu.py --quick     # any machine (CPU here): a tiny shape, float32, ~1 minute
+    python bench/gpu.py --model runs/models/smollm2-135m   # a real model directory instead
 
 Two measurements, printed and saved as ``bench/results/gpu/{gpu,cpu-quick}.json`` (the README
 beside them quotes the figures and says which machine made them):
@@ -200,7 +201,15 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="a tiny shape on the CPU, float32")
     p.add_argument("--case", help="run one learner case (JSON) and print its result")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument(
+        "--model",
+        default="",
+        help="a model directory (collective make-model smollm2-135m DIR) instead of random "
+        "weights of a shape; its own tokenizer",
+    )
     a = p.parse_args()
+    if a.model and not (Path(a.model) / "config.json").is_file():
+        p.error(f"--model {a.model}: not a model directory (no config.json)")
     if a.case:
         print(json.dumps(run_case(json.loads(a.case))))
         return
@@ -208,7 +217,7 @@ def main() -> None:
     if not cuda and not a.quick:
         sys.exit("bench/gpu.py: no CUDA device here; run with --quick for the CPU check")
     device, dtype = ("cuda", "bfloat16") if cuda else ("cpu", "float32")
-    shape = "qwen2.5-0.5b" if cuda else "tiny-152k"
+    shape = a.model or ("qwen2.5-0.5b" if cuda else "tiny-152k")
     learner = (
         dict(batch=16, tokens=1024, outputs=128, repeats=3)
         if cuda
@@ -223,7 +232,7 @@ def main() -> None:
         "torch": torch.__version__,
         "device": device,
         "dtype": dtype,
-        "shape": {"name": shape, **SHAPES[shape]},
+        "shape": {"name": shape, **SHAPES.get(shape, {})},
         "load_before": os.getloadavg(),
         "learner": [],
     }
@@ -231,7 +240,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         from collective.rl.make_model import make_tiny_lm
 
-        tokenizer = str(make_tiny_lm(Path(tmp) / "tiny-lm"))
+        tokenizer = a.model or str(make_tiny_lm(Path(tmp) / "tiny-lm"))
         for mode in ("chunked", "naive"):
             for lora in (0, 16):
                 case = dict(
@@ -262,7 +271,8 @@ def main() -> None:
     result["load_after"] = os.getloadavg()
     result["wall_seconds"] = time.perf_counter() - t_start
     a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / ("gpu.json" if cuda else "cpu-quick.json")
+    name = Path(a.model).name if a.model else ""
+    path = a.out / (f"{name}-" * bool(name) + ("gpu.json" if cuda else "cpu-quick.json"))
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path} ({result['wall_seconds']:.0f} s)")
 

@@ -50,11 +50,16 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 def build_model(shape: str, tokenizer_dir: str, device: str, dtype: str, lora: int, **kw: Any):
-    """An HFModel of ``shape`` with random weights over the tiny-lm tokenizer."""
+    """An HFModel of ``shape`` with random weights over the tiny-lm tokenizer; or, where
+    ``shape`` is not a name of ``SHAPES``, the model directory it names, weights and all (a
+    real model: SmolLM2-135M-Instruct from ``collective make-model smollm2-135m``)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from policy.hf.model import DTYPES, HFModel
     from policy.hf.prompt import load_tokenizer
+
+    if shape not in SHAPES:
+        return HFModel.load(shape, device=device, dtype=dtype, lora_rank=lora, **kw)
 
     tokenizer = load_tokenizer(tokenizer_dir)
     config = Qwen2Config(
