@@ -109,13 +109,18 @@ class _Linear:
         pad_in: int = 0,
         norm: tuple[torch.Tensor, float] | None = None,
     ) -> None:
-        w = torch.cat([x.detach().double() for x in weights])
+        # One float64 matrix at a time, changed in place: a transient the size of the largest
+        # matrix (the head's, 0.21 GiB for SmolLM2-135M) costs its size again in the heap.
+        w = torch.cat([x.detach() for x in weights]).double()
         if norm is not None:
-            w = w * norm[0].detach().double()[None, :]
-        w = F.pad(w, (0, pad_in))
+            w.mul_(norm[0].detach().double()[None, :])
+        if pad_in:
+            w = F.pad(w, (0, pad_in))
         self.bits = operand_bits(w.shape[1])
         self.eps = None if norm is None else float(norm[1])
-        self.weight = rounded(w, self.bits).T.contiguous()  # a power of two per output
+        w = rounded(w, self.bits)  # a power of two per output
+        self.weight = w.T.contiguous()
+        del w
         parts = [
             b.detach().double()
             if b is not None
@@ -196,7 +201,9 @@ class FixedDecoder:
         self.max_columns = round_up(self.context, WHOLE_VECTORS)
         self.bits = operand_bits(max(self.head_dim, self.max_columns))
         self.exp_bits = 52 - (self.max_columns - 1).bit_length()
-        self.embed = body.embed_tokens.weight.detach().double().to(self.device)
+        # the embedding stays in the model's float32 (a row is made float64 exactly when it is
+        # read): a float64 copy would hold the vocabulary twice over for nothing
+        self.embed = body.embed_tokens.weight.detach().to(self.device, copy=True)
         self.pad = -int(config.intermediate_size) % WHOLE_VECTORS
         self.inter = int(config.intermediate_size) + self.pad
         self.layers = [_Layer(layer, self.pad, self.device) for layer in body.layers]
@@ -211,6 +218,16 @@ class FixedDecoder:
         cos, sin = body.rotary_emb(probe, positions)
         self.cos, self.sin = cos[0].double(), sin[0].double()  # (context, head_dim)
         self.sin[:, : self.head_dim // 2].neg_()  # rotate_half's sign (_rotate)
+
+    def nbytes(self) -> int:
+        """The bytes of the tensors it holds: what the memory guard counts a served version's
+        decoder at (``collective.rl.checks.model_parts``)."""
+        linears = [
+            x for layer in self.layers for x in (layer.qkv, layer.o, layer.gate_up, layer.down)
+        ]
+        tensors = [self.embed, self.cos, self.sin, self.head.weight, self.head.bias]
+        tensors += [t for lin in linears for t in (lin.weight, lin.bias)]
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
     def start(
         self,
@@ -352,7 +369,7 @@ class _Fixed:
             raise ValueError("FixedDecoder: a row ran past the room it was given")
         w = min(width, round_up(max(self.at) + 1, WHOLE_VECTORS))
         unseen = (self.columns[:w] > pos[:, None])[:, None]  # (b, 1, w)
-        x = net.embed[torch.tensor(held, device=net.device)]
+        x = net.embed[torch.tensor(held, device=net.device)].double()
         cos, sin = net.cos[pos][:, None], net.sin[pos][:, None]  # (b, 1, dim)
         # where each new key and value goes: row r's head j's column pos[r] of a layer's
         # cache, seen as (rows * kv_heads * width, dim)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -156,6 +157,23 @@ def no_progress_bars() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+
+
+def release_freed() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). Building a served version frees a merged copy of the model and float64
+    transients in pieces below glibc's mmap threshold, which stay in the process otherwise:
+    SmolLM2-135M's decoder held 1.0 GiB of tensors and grew the process by 1.5 to 2.1 GiB."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None or sys.platform != "linux":
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):  # (a libc without malloc_trim: musl)
+        return
 
 
 def _first_line(e: BaseException) -> str:
@@ -535,6 +553,9 @@ class HFModel:
         module = self.merged() if self.lora else self.model
         no_progress_bars()
         module.save_pretrained(str(directory), safe_serialization=True)
+        if self.lora:  # the merged copy goes back to the system, not to the heap
+            del module
+            release_freed()
         self.tokenizer.save_pretrained(str(directory))
         (directory / VERSION_FILE).write_text(json.dumps({"version": self.version}) + "\n")
         return directory

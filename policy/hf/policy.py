@@ -46,7 +46,14 @@ from collective.base.seeding import Stream
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.hf.decoder import AloneDecoder, FixedDecoder, unsupported
 from policy.hf.grammar import GrammarError, masked_logits
-from policy.hf.model import MIN_SHARED, HFModel, cache_pairs, common_prefix, new_cache
+from policy.hf.model import (
+    MIN_SHARED,
+    HFModel,
+    cache_pairs,
+    common_prefix,
+    new_cache,
+    release_freed,
+)
 from policy.hf.prompt import prompt_ids
 from policy.threads import sampling_threads
 
@@ -147,6 +154,8 @@ class HFPolicy:
                     # into a copy (the policy's weights never change, so once)
                     merged = self.model.merged() if self.model.lora else None
                     self._decoder = FixedDecoder(causal, self.model.cache_arg, merged)
+                    del merged
+                    release_freed()  # the merged copy and the build's transients
                 else:
                     self._decoder = AloneDecoder(causal, self.model.cache_arg)
             return self._decoder
