@@ -270,3 +270,31 @@ def test_a_wheel_for_another_kind_is_refused(tmp_path: Path, capsys) -> None:
     assert main(["make-model", "tiny-lm", str(tmp_path / "m"), "--wheel", "x.whl"]) == 2
     assert "--wheel is for smollm2-135m, not tiny-lm" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+def test_the_llm_smol_bench_runs_end_to_end_in_its_quick_form(smol: Path, tmp_path: Path) -> None:
+    """``python bench/llm_smol.py --quick``: one seed trained one step, then every policy on the
+    held-out instances, its summary paired by seed and instance (about 10 CPU-minutes)."""
+    config = tmp_path / "llm-smol.toml"
+    text = (Path(__file__).resolve().parents[2] / "configs" / "llm-smol.toml").read_text()
+    config.write_text(text.replace('path = "runs/models/smollm2-135m"', f'path = "{smol}"'))
+    out = tmp_path / "out"
+    run = [sys.executable, "bench/llm_smol.py", "--quick", "--config", str(config)]
+    done = subprocess.run(
+        [*run, "--runs", str(tmp_path / "runs"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=scaled(3600),
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["means"]) == {"random", "script", "untrained", "trained"}
+    assert summary["means"]["script"]["add_amount"] == 3.0
+    trained = summary["tables"]["trained"]["score"]
+    assert len(trained) == 1 and len(trained[0]) == 4
+    paired = summary["contrasts"]["score"]["trained - untrained"]
+    assert paired["per_seed"] and paired["lo"] is None  # one seed: a mean, no interval
+    assert (out / "llm_smol.png").stat().st_size > 0
+    assert (out / "trained-episode.txt").read_text().startswith("# tally")
