@@ -174,3 +174,49 @@ def test_lora_adapters_are_decoded_not_just_prefilled(tiny_lm):  # noqa: F811
     )
     for a, lp in zip(answers, logprobs, strict=True):
         assert torch.allclose(torch.tensor(a.logprobs), lp.detach(), atol=1e-4)
+
+
+@pytest.mark.heavy
+def test_smollm2s_shape_batched_equals_alone_and_the_learner_recomputes_its_logprobs():
+    """SmolLM2-135M's shapes where the decoder could go wrong (a Llama: 9 query heads over 3
+    key-value heads of 64, 30 layers, the head tied to the embedding, no biases), its widths cut
+    where they change nothing the decoder does (a 64-unit feed-forward, the test tokenizer's
+    vocabulary), random weights: a batch of 8 answers each request as it is answered alone, in
+    reverse too, and the learner's float32 forward recomputes every logprob within 1e-4."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = make_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=576,
+        intermediate_size=64,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = HFModel(LlamaForCausalLM(config).eval(), tokenizer)
+    assert model.causal.get_output_embeddings().weight is model.causal.model.embed_tokens.weight
+    policy = HFPolicy(model, workers=1)
+    assert isinstance(policy.decoder(), FixedDecoder)
+    batch = requests(8, SPACE, max_tokens=12)
+    together = policy.sample(batch)
+    backwards = policy.sample(batch[::-1])[::-1]
+    alone = [policy.sample([r])[0] for r in batch]
+    for a, b, c in zip(together, backwards, alone, strict=True):
+        assert (a.token_ids, a.logprobs) == (b.token_ids, b.logprobs) == (c.token_ids, c.logprobs)
+    logprobs, _ = model.token_logprobs(
+        [r.prompt for r in batch],
+        [a.token_ids for a in together],
+        [r.space for r in batch],
+        temperature=1.0,
+    )
+    for r, a, lp in zip(batch, together, logprobs, strict=True):
+        if r.temperature == 1.0:
+            assert torch.allclose(torch.tensor(a.logprobs), lp.detach(), atol=1e-4)
