@@ -33,6 +33,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "llm_smol")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--baselines-only",
+        action="store_true",
+        help="train nothing: play random, the script and the untrained model (kept for later)",
+    )
     a = ap.parse_args(argv)
     for flag, v in (("--seeds", a.seeds), ("--instances", a.instances), ("--jobs", a.jobs)):
         if v < 1:
@@ -162,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     instances = 4 if a.quick else a.instances
     cfg = load_config(a.config)
     t0 = time.monotonic()
+    if a.baselines_only:
+        evaluate(cfg, a.runs, seeds, instances, a.out, baselines_only=True)
+        return 0
     train(a.config, a.runs, seeds, steps, a.jobs)
     result = evaluate(cfg, a.runs, seeds, instances, a.out)
     result |= {
@@ -176,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def evaluate(
-    cfg: TrainConfig, runs: Path, seeds: list[int], instances: int, out: Path
+    cfg: TrainConfig,
+    runs: Path,
+    seeds: list[int],
+    instances: int,
+    out: Path,
+    baselines_only: bool = False,
 ) -> dict[str, Any]:
     """Every policy on the held-out instances; paired contrasts of the trained policy."""
     from collective.records import save_episode
@@ -187,34 +202,37 @@ def evaluate(
     model = cfg.model.path  # type: ignore[union-attr]
     tables: dict[str, dict[str, list[list[float]]]] = {}
 
-    def add(name: str, eps: list[Episode]) -> None:
-        for k, v in figures(eps).items():
+    def played(name: str, seed: int, policy: Callable[[], Any], tag: str = "") -> None:
+        """``name``'s held-out figures on ``seed``'s instances, played once and kept in
+        ``runs/held-out/`` (a rerun, or a run cut short, re-uses them)."""
+        path = runs / "held-out" / f"{name}-s{seed}{tag}-n{instances}.json"
+        if not path.exists():
+            eps = held_out(cfg, policy(), instances, seed)
+            if name == "trained" and seed == seeds[0]:  # one, as `collective show` prints it
+                save_episode(eps[0], runs / "trained-episode.msgpack")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_file(path, json.dumps(figures(eps)).encode())
+        for k, v in json.loads(path.read_text()).items():
             tables.setdefault(name, {}).setdefault(k, []).append(v)
         row = tables[name]["score"][-1]
-        print(f"[held out] {name}: score {np.mean(row):.3f} ({len(row)} instances)", flush=True)
+        print(f"[held out] {name} s{seed}: score {np.mean(row):.3f} ({len(row)} instances)")
 
-    add("random", held_out(cfg, RandomPolicy(), instances, 0))
-    add("script", held_out(cfg, ScriptedPolicy(lambda r: "add 3", "script: add 3"), instances, 0))
-    untrained = load_hf_policy(model)
+    played("random", 0, RandomPolicy)
+    played("script", 0, lambda: ScriptedPolicy(lambda r: "add 3", "script: add 3"))
+    untrained: list[Any] = []  # (loaded once, for every seed)
     for s in seeds:
-        add("untrained", held_out(cfg, untrained, instances, s))
-    del untrained
-    shown = ""
+        played("untrained", s, lambda: untrained[0] if untrained else _keep(untrained, model))
+    if baselines_only:
+        return {
+            "means": {p: {k: float(np.mean(v)) for k, v in t.items()} for p, t in tables.items()}
+        }
     for s in seeds:
-        eps = held_out(
-            cfg, load_hf_policy(str(runs / f"s{s}" / "checkpoints" / "latest")), instances, s
-        )
-        add("trained", eps)
-        if not shown:  # one trained held-out episode, as `collective show` prints it
-            save_episode(eps[0], runs / "trained-episode.msgpack")
-            cmd = [
-                sys.executable,
-                "-m",
-                "collective.cli",
-                "show",
-                str(runs / "trained-episode.msgpack"),
-            ]
-            shown = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        run = runs / f"s{s}"
+        tag = f"-step{len(_metrics(run))}"
+        latest = str(run / "checkpoints" / "latest")
+        played("trained", s, partial(load_hf_policy, latest), tag)
+    cmd = [sys.executable, "-m", "collective.cli", "show", str(runs / "trained-episode.msgpack")]
+    shown = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     out.mkdir(parents=True, exist_ok=True)
     write_file(out / "trained-episode.txt", shown.encode())
     contrasts = {}
@@ -248,6 +266,13 @@ def evaluate(
         "curves": curves,
         "training": facts,
     }
+
+
+def _keep(into: list[Any], model: str) -> Any:
+    from policy.hf.policy import load_hf_policy
+
+    into.append(load_hf_policy(model))
+    return into[0]
 
 
 def _iv(iv: Any) -> dict[str, Any]:
