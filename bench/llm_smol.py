@@ -62,8 +62,11 @@ def train(cfg_path: Path, runs: Path, seeds: list[int], steps: int | None, jobs:
             out = runs / f"s{s}"
             out.parent.mkdir(parents=True, exist_ok=True)
             log = open(runs / f"train-s{s}.log", "ab")  # noqa: SIM115 (closed below)
-            cmd = [sys.executable, "-m", "collective.cli", "train", str(cfg_path)]
-            cmd += ["--out", str(out), "--set", f"seed={s}"]
+            cmd = [sys.executable, "-m", "collective.cli", "train"]
+            if (out / "config.json").exists():  # cut short: it resumes with its own config
+                cmd += ["--resume", str(out)]
+            else:
+                cmd += [str(cfg_path), "--out", str(out), "--set", f"seed={s}"]
             cmd += ["--set", f"steps={steps}"] if steps else []
             print(f"[train] seed {s} -> {out}", flush=True)
             live.append((s, subprocess.Popen(cmd, stdout=log, stderr=log), log))
