@@ -34,10 +34,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from collective.base.outputs import write_file
@@ -104,22 +105,23 @@ def held_out(cfg: TrainConfig, policy: Any, instances: int, seed: int) -> list[E
     from collective.rl.rollouts import episode_config
 
     world = cfg.worlds[0]
-    cfgs = []
-    for i in range(instances):
-        c = episode_config(
-            cfg,
-            world,
-            world.team_sizes[0],
-            world_seed=HELD_OUT + i,
-            sample_seed=1_000 * (seed + 1) + i,
-            time_limit=world.time_limit_start,
-            version=int(getattr(policy, "version", 0)),  # the weights it holds
-        )
-        cfgs.append(c)
-    import msgspec
-
     name, tok = getattr(policy, "name", "policy"), tokenizer_of(policy)
-    cfgs = [msgspec.structs.replace(c, policy=name, tokenizer=tok) for c in cfgs]
+    cfgs = [
+        msgspec.structs.replace(
+            episode_config(
+                cfg,
+                world,
+                world.team_sizes[0],
+                world_seed=HELD_OUT + i,
+                sample_seed=1_000 * (seed + 1) + i,
+                time_limit=world.time_limit_start,
+                version=int(getattr(policy, "version", 0)),  # the weights it holds
+            ),
+            policy=name,
+            tokenizer=tok,
+        )
+        for i in range(instances)
+    ]
     return run_episodes(cfgs, policy, concurrency=instances)
 
 
@@ -222,18 +224,15 @@ def evaluate(
 
     played("random", 0, RandomPolicy)
     played("script", 0, lambda: ScriptedPolicy(lambda r: "add 3", "script: add 3"))
-    untrained: list[Any] = []  # (loaded once, for every seed)
+    untrained = cache(partial(load_hf_policy, model))  # loaded once, for every seed
     for s in seeds:
-        played("untrained", s, lambda: untrained[0] if untrained else _keep(untrained, model))
-    if baselines_only:
-        return {
-            "means": {p: {k: float(np.mean(v)) for k, v in t.items()} for p, t in tables.items()}
-        }
+        played("untrained", s, untrained)
+    if baselines_only:  # (their figures are kept in runs/held-out for the full run)
+        return {}
+    metrics = {s: _metrics(runs / f"s{s}") for s in seeds}
     for s in seeds:
-        run = runs / f"s{s}"
-        tag = f"-step{len(_metrics(run))}"
-        latest = str(run / "checkpoints" / "latest")
-        played("trained", s, partial(load_hf_policy, latest), tag)
+        latest = str(runs / f"s{s}" / "checkpoints" / "latest")
+        played("trained", s, partial(load_hf_policy, latest), f"-step{len(metrics[s])}")
     cmd = [sys.executable, "-m", "collective.cli", "show", str(runs / "trained-episode.msgpack")]
     shown = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     out.mkdir(parents=True, exist_ok=True)
@@ -247,10 +246,10 @@ def evaluate(
             "untrained - random": _iv(paired_contrast(tables["untrained"][k], tables["random"][k])),
             "trained - script": _iv(paired_contrast(t, tables["script"][k])),
         }
-    curves = {str(s): [m.get("return_mean") for m in _metrics(runs / f"s{s}")] for s in seeds}
+    curves = {str(s): [m.get("return_mean") for m in metrics[s]] for s in seeds}
     facts = {
         str(s): {
-            k: [m.get(k) for m in _metrics(runs / f"s{s}")]
+            k: [m.get(k) for m in metrics[s]]
             for k in (
                 "ratio_mean",
                 "clip_fraction",
@@ -269,13 +268,6 @@ def evaluate(
         "curves": curves,
         "training": facts,
     }
-
-
-def _keep(into: list[Any], model: str) -> Any:
-    from policy.hf.policy import load_hf_policy
-
-    into.append(load_hf_policy(model))
-    return into[0]
 
 
 def _iv(iv: Any) -> dict[str, Any]:
