@@ -42,7 +42,7 @@ import torch
 
 from collective.base.actions import ActionSpace
 from collective.base.outputs import write_file
-from collective.rl.learner import Scorer
+from collective.rl.learner import ModelDefaults, Scorer
 from collective.rl.roles import RoleModels, trained_roles
 from policy.base import Policy, PolicyRequest, PolicyResponse, TrainableModel
 from policy.roles import RolePolicy
@@ -245,7 +245,7 @@ class TinyBackend:
         return None
 
 
-class HFBackend:
+class HFBackend(ModelDefaults):
     """A Hugging Face causal LM (``policy.hf.model.HFModel``), sampled in this process or by
     SGLang.
 
@@ -256,7 +256,8 @@ class HFBackend:
     (``pinned = False``); after each step the weights go to disk and the server loads them.
 
     Everything a run could trip over is checked here, before any rollout or training step: the
-    config's learner fields, the device and dtype, the model directory (``fresh``).
+    config's learner fields, the device and dtype, the model directory (``fresh``). Token counts
+    are the model's own (``ModelDefaults``); logprobs add the config's entropy and nucleus.
     """
 
     def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
@@ -345,15 +346,6 @@ class HFBackend:
             entropy_grad=cfg.entropy_coef > 0,
             top_p=cfg.top_p,
         )
-
-    def token_counts(
-        self,
-        model: Any,
-        prompts: Sequence[str],
-        outputs: Sequence[Sequence[int]],
-        spaces: Sequence[ActionSpace],
-    ) -> list[int]:
-        return model.token_counts(prompts, outputs, spaces)
 
     def checkpoint(self, model: Any, directory: Path, snapshot: str | None) -> Path:
         """``latest/`` (a model directory: ``--policy hf:DIR`` and SGLang load it) and, when
