@@ -10,6 +10,7 @@ normalised score against the world's baselines (``collective/rl/baselines.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -39,20 +40,12 @@ def metrics_of(
     every group's index."""
     everything = range(len(groups))
     each = [signs(e) for episodes in groups for e in episodes]  # (read once, for every table)
-    metrics = step_metrics(cfg, ids, groups, returns, staleness, weights, each, everything)
+    of = partial(step_metrics, cfg, ids, groups, returns, staleness, weights, each)
+    metrics = of(everything)
     if cfg.mix is None:
         return metrics
     per_world = {
-        w.label: step_metrics(
-            cfg,
-            ids,
-            groups,
-            returns,
-            staleness,
-            weights,
-            each,
-            [g for g in everything if worlds[g] == w.label],
-        )
+        w.label: of([g for g in everything if worlds[g] == w.label])
         for w in cfg.worlds
         if w.label in worlds
     }
