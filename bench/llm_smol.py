@@ -94,7 +94,7 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
 def _complete(run: Path, steps: int | None) -> bool:
     if not (run / "config.json").exists():
         return False
-    want = steps or int(json.loads((run / "config.json").read_text()).get("steps", 0))
+    want = steps or load_config(run / "config.toml").steps  # a run's own config, as a resume
     return len(_metrics(run)) >= want and (run / "checkpoints" / "latest").exists()
 
 
