@@ -73,8 +73,8 @@ def model_parts(cfg: TrainConfig) -> dict[str, int]:
     trained parameters' gradients and two Adam moments, the in-process served copies (one per
     live version, ``lag + 1``, and the orchestrator's frozen one: each a copy of the model and
     the batch-invariant decoder's float64 rounded copy of every weight matrix, the tied head's
-    apart, and of the embedding in float32, ``policy.hf.decoder``; under LoRA the adapters merged
-    into one more copy while a decoder is built), a KL reference's copy, and the backward pass
+    apart, ``policy.hf.decoder``; under LoRA the versions share the base weights and one set of
+    those matrices, and each holds its adapters only), a KL reference's copy, and the backward pass
     at ``chunk_tokens`` (a measured slope per token and layer x hidden unit; with no token
     budget the backward is bounded by turns alone and is not counted: ``check_training``'s line
     says so). The model is sized from its directory (``policy.hf.size``), built first where
@@ -107,14 +107,19 @@ def model_parts(cfg: TrainConfig) -> dict[str, int]:
     }
     if not hf.server:
         versions = cfg.lag + 1 + ("frozen" in policies_of(cfg.org))
-        # the decoder: every weight matrix in float64, the tied head apart, the embedding in
-        # float32 (FixedDecoder.nbytes, which tests/policy/test_hf_memory.py holds this to)
+        # the decoder's matrices: every weight matrix in float64, the tied head apart, not the
+        # embedding (FixedDecoder.nbytes, which tests/policy/test_hf_memory.py holds this to)
         embedding = size.vocab * size.hidden
-        copies = size.parameters + (embedding if size.tied else 0) - embedding
-        each = model + adapters * 4 + copies * 8 + embedding * 4
-        parts[f"{versions} served versions at {human(each)} (float64 decode weights)"] = (
-            versions * each + (model if adapters else 0)
-        )
+        matrices = (size.parameters + (embedding if size.tied else 0) - embedding) * 8
+        if adapters:  # one base, shared; a version is its adapters, in float32 and float64
+            parts["the decoder's base matrices (float64, shared by every version)"] = matrices
+            each = adapters * (4 + 8)
+            parts[f"{versions} served versions at {human(each)} (adapters only)"] = versions * each
+        else:  # a version is a copy of the model and its own matrices
+            each = model + matrices
+            parts[f"{versions} served versions at {human(each)} (float64 decode weights)"] = (
+                versions * each
+            )
     if cfg.kl_coef > 0 and not adapters:
         parts["the KL reference's copy"] = model
     if cfg.chunk_tokens:

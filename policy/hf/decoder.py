@@ -25,6 +25,11 @@ So a request's result is a function of the request, the weights and the machine,
 neighbours: ``tests/policy/test_hf_batched.py`` compares bytes across batches of 1 to 257, a
 reversed batch and every position of batches 1 to 8, under the kernel settings the probe forces.
 
+Under LoRA (peft's layers, whose ``.weight`` is the base weight alone) a decoder reads the base
+weights and the adapters apart: the base matrices, built once (:class:`Base`), serve every
+version, and each version adds its adapters' two exact products (:class:`_LowRank`), so a
+served version costs its adapters, not a copy of the model.
+
 Supported: the Llama family as ``transformers`` implements it (``llama``, ``qwen2``,
 ``mistral``: RMS norms, rotary embeddings without scaling, grouped-query attention, SiLU-gated
 feed-forward, optional projection biases, tied or separate output head). Another architecture
@@ -88,7 +93,42 @@ def unsupported(causal: Any) -> str | None:
         return "sliding-window attention"
     if not hasattr(causal, "model") or not hasattr(causal.model, "rotary_emb"):
         return "no decoder body with a rotary embedding at .model"
+    head = causal.get_output_embeddings()
+    if hasattr(head, "base_layer"):
+        return "LoRA adapters on the output head"
+    for name, module in causal.named_modules():
+        if hasattr(module, "lora_A") and (why := _variant(module)):
+            return f"{name}: {why}"
     return None
+
+
+def _variant(proj: Any) -> str | None:
+    """Why a peft LoRA layer is not ``base(x) + scale * B(A(x))`` (None when it is)."""
+    for name in proj.active_adapters:
+        if name not in proj.lora_A:
+            continue
+        if name in getattr(proj, "lora_variant", {}) or proj.use_dora.get(name, False):
+            return f"a LoRA variant (DoRA or another) in adapter {name!r}"
+        if proj.lora_B[name].bias is not None:
+            return f"a LoRA bias in adapter {name!r}"
+        if not isinstance(proj.lora_dropout[name], torch.nn.Identity) and proj.training:
+            return f"LoRA dropout in training mode in adapter {name!r}"
+    return None
+
+
+def _parts(proj: Any) -> tuple[torch.Tensor, Any, list[tuple[torch.Tensor, torch.Tensor, float]]]:
+    """A projection's base weight and bias, and its active LoRA adapters ``(A, B, scale)``:
+    none for a plain ``nn.Linear``, nor for a peft layer whose adapters are disabled or merged
+    into its base weight already."""
+    base = getattr(proj, "base_layer", proj)
+    if base is proj or proj.disable_adapters or proj.merged:
+        return base.weight, base.bias, []
+    adapters = [
+        (proj.lora_A[n].weight, proj.lora_B[n].weight, float(proj.scaling[n]))
+        for n in proj.active_adapters
+        if n in proj.lora_A
+    ]
+    return base.weight, base.bias, adapters
 
 
 class _Linear:
@@ -134,43 +174,200 @@ class _Linear:
         self.bias = None if self.bias is None else self.bias.to(device)
         return self
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, lora: _LowRank | None = None) -> torch.Tensor:
         x = rounded(x, self.bits)
         y = torch.mm(x, self.weight)  # exact: each term an integer times the two rows' powers
+        if lora is not None:  # + scale * B A x: two more exact products, one rounding each
+            lora.add_to(y, x)
         if self.eps is not None:  # times 1 / rms: one rounding
             squares = torch.mul(x, x).sum(-1, keepdim=True)  # exact, for the same reason
             y.div_(torch.sqrt(squares.div_(x.shape[-1]).add_(self.eps)))
         return y if self.bias is None else y.add_(self.bias)
 
 
+class _LowRank:
+    """LoRA's ``scale * B @ (A @ x)`` beside a :class:`_Linear`'s outputs, each product exact:
+    every ``A`` (its rows times the norm's gain where the linear folds one) rounded row by row
+    with the linear's bits, so the linear's rounded ``x`` serves; each adapter's ``A x``
+    rounded row by row again, and its ``scale * B`` output by output, to the bits of a sum of
+    ``rank`` terms. Adding the product to the linear's is one rounding, element by element.
+    A version's adapters are all a served version adds to the base's float64 matrices."""
+
+    def __init__(
+        self,
+        parts: Sequence[tuple[int, list[tuple[torch.Tensor, torch.Tensor, float]]]],
+        bits: int,
+        pad_in: int,
+        gain: torch.Tensor | None,
+        device: torch.device,
+    ) -> None:
+        downs = []  # every adapter's A, stacked: one product for all
+        self.ups: list[tuple[slice, slice, int, torch.Tensor]] = []  # (A x's columns, outputs,
+        rank, out = 0, 0  # bits, (scale * B).T) an adapter
+        for width, adapters in parts:  # the linear's output blocks, in order: (width, adapters)
+            for a, b, scale in adapters:
+                r, bits_r = a.shape[0], operand_bits(a.shape[0])
+                downs.append(a.detach().double())
+                up = rounded(b.detach().double().mul_(scale), bits_r).T.contiguous().to(device)
+                self.ups.append((slice(rank, rank + r), slice(out, out + width), bits_r, up))
+                rank += r
+            out += width
+        down = torch.cat(downs)
+        if gain is not None:
+            down.mul_(gain.detach().double()[None, :])
+        self.down = rounded(F.pad(down, (0, pad_in)), bits).T.contiguous().to(device)
+
+    def add_to(self, y: torch.Tensor, x: torch.Tensor) -> None:
+        """``y += scale * B A x`` for ``x`` already rounded with the linear's bits."""
+        t = torch.mm(x, self.down)  # exact, as the linear's own product
+        for cols, outs, bits, up in self.ups:
+            y[:, outs].add_(torch.mm(rounded(t[:, cols], bits), up))  # exact, then one rounding
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.down, *(u for *_, u in self.ups)))
+
+
 class _Layer:
+    """A decoder layer's four exact-sum linears over its base weights (under LoRA: the weights
+    that never train, shared by every version's decoder)."""
+
     def __init__(self, layer: Any, pad: int, device: torch.device) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        before_attn, before_mlp = (
-            (n.weight, float(n.variance_epsilon))
-            for n in (layer.input_layernorm, layer.post_attention_layernorm)
-        )
-        self.qkv = _Linear(
-            [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight],
-            [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias],
-            norm=before_attn,
-        ).to(device)
-        self.o = _Linear([attn.o_proj.weight], [attn.o_proj.bias]).to(device)
+        before_attn, before_mlp = _norms(layer)
+        q, k, v = (_parts(p) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        self.qkv = _Linear([q[0], k[0], v[0]], [q[1], k[1], v[1]], norm=before_attn).to(device)
+        o = _parts(attn.o_proj)
+        self.o = _Linear([o[0]], [o[1]]).to(device)
         # gate and up padded with zero units to whole vectors for SiLU (silu(0) * 0 = 0),
         # down with as many zero inputs
-        gate, up = mlp.gate_proj, mlp.up_proj
-        zeros = gate.weight.new_zeros(pad, gate.weight.shape[1])
+        gate, up, down = (_parts(p) for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+        zeros = gate[0].new_zeros(pad, gate[0].shape[1])
         self.gate_up = _Linear(
-            [gate.weight, zeros, up.weight, zeros],
-            [gate.bias, _zero_bias(gate.bias, pad), up.bias, _zero_bias(up.bias, pad)],
+            [gate[0], zeros, up[0], zeros],
+            [gate[1], _zero_bias(gate[1], pad), up[1], _zero_bias(up[1], pad)],
             norm=before_mlp,
         ).to(device)
-        self.down = _Linear([mlp.down_proj.weight], [mlp.down_proj.bias], pad_in=pad).to(device)
+        self.down = _Linear([down[0]], [down[1]], pad_in=pad).to(device)
         self.scaling = float(attn.scaling)
+
+
+class _Adapters:
+    """A decoder layer's LoRA adapters, one :class:`_LowRank` a linear (None where it has none):
+    what one version's weights add to the shared :class:`_Layer`."""
+
+    def __init__(self, layer: Any, base: _Layer, pad: int, device: torch.device) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        (g_attn, _), (g_mlp, _) = _norms(layer)
+        q, k, v, o, gate, up, down = (
+            _parts(p)
+            for p in (
+                attn.q_proj,
+                attn.k_proj,
+                attn.v_proj,
+                attn.o_proj,
+                mlp.gate_proj,
+                mlp.up_proj,
+                mlp.down_proj,
+            )
+        )
+
+        def low_rank(
+            blocks: list[tuple[int, list]], linear: _Linear, gain: Any, pad_in: int = 0
+        ) -> _LowRank | None:
+            if not any(adapters for _, adapters in blocks):
+                return None
+            return _LowRank(blocks, linear.bits, pad_in, gain, device)
+
+        width = gate[0].shape[0]
+        self.qkv = low_rank([(p[0].shape[0], p[2]) for p in (q, k, v)], base.qkv, g_attn)
+        self.o = low_rank([(o[0].shape[0], o[2])], base.o, None)
+        blocks = [(width, gate[2]), (pad, []), (width, up[2]), (pad, [])]
+        self.gate_up = low_rank(blocks, base.gate_up, g_mlp)
+        self.down = low_rank([(down[0].shape[0], down[2])], base.down, None, pad)
+
+    def nbytes(self) -> int:
+        return sum(x.nbytes() for x in (self.qkv, self.o, self.gate_up, self.down) if x)
+
+
+class _NoAdapters:
+    """A layer without adapters, as :class:`FixedDecoder.step` reads one."""
+
+    qkv = o = gate_up = down = None
+
+
+_NONE: Any = _NoAdapters()
+
+
+def _norms(layer: Any) -> tuple[tuple[torch.Tensor, float], tuple[torch.Tensor, float]]:
+    before_attn, before_mlp = (
+        (n.weight, float(n.variance_epsilon))
+        for n in (layer.input_layernorm, layer.post_attention_layernorm)
+    )
+    return before_attn, before_mlp
 
 
 def _zero_bias(bias: Any, n: int) -> torch.Tensor | None:
     return None if bias is None else torch.zeros(n, dtype=bias.dtype, device=bias.device)
+
+
+class Base:
+    """The float64 matrices a decoder builds from a model's base weights, the rotary table, and
+    the tensors they came from. Under LoRA every served version's copy of the model holds the
+    very same base tensors (``HFModel.copy``: they never train), so one ``Base`` serves every
+    version's decoder and a version adds only its adapters (:class:`_LowRank`): SmolLM2-135M's
+    base matrices are 0.8 GiB, a version's rank-8 adapters 19 MiB."""
+
+    @torch.no_grad()
+    def __init__(self, causal: Any, pad: int, device: torch.device) -> None:
+        body = causal.model
+        self.sources = _sources(causal)
+        # the embedding is the model's own float32 tensor (a row is made float64 exactly when
+        # it is read): a float64 copy would hold the vocabulary twice over for nothing
+        self.embed = body.embed_tokens.weight.detach()
+        self.layers = [_Layer(layer, pad, device) for layer in body.layers]
+        final = (body.norm.weight, float(body.norm.variance_epsilon))
+        self.head = _Linear([causal.get_output_embeddings().weight], [None], norm=final)
+        self.head.to(device)
+        # The rotary embedding of every position, once: the model's own cos and sin, a table
+        # indexed by position (its prefill computes the same values for its own positions, up
+        # to float32 rounding of the position times the frequency).
+        context = int(causal.config.max_position_embeddings)
+        positions = torch.arange(context, device=device)[None]
+        probe = torch.zeros(1, dtype=torch.float32, device=device)
+        cos, sin = body.rotary_emb(probe, positions)
+        self.cos, self.sin = cos[0].double(), sin[0].double()  # (context, head_dim)
+        self.sin[:, : self.sin.shape[1] // 2].neg_()  # rotate_half's sign (_rotate)
+
+    def serves(self, causal: Any) -> bool:
+        """Whether ``causal``'s base weights are the very tensors this was built from."""
+        mine = _sources(causal)
+        return len(mine) == len(self.sources) and all(
+            a is b for a, b in zip(mine, self.sources, strict=True)
+        )
+
+    def nbytes(self) -> int:
+        """The bytes of the tensors it holds (not the embedding: the model's own)."""
+        linears = [
+            x for layer in self.layers for x in (layer.qkv, layer.o, layer.gate_up, layer.down)
+        ]
+        tensors = [self.cos, self.sin, self.head.weight, self.head.bias]
+        tensors += [t for lin in linears for t in (lin.weight, lin.bias)]
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _sources(causal: Any) -> list[Any]:
+    """Every base tensor a :class:`Base` reads, in order."""
+    body = causal.model
+    out: list[Any] = [body.embed_tokens.weight, body.norm.weight]
+    out.append(causal.get_output_embeddings().weight)
+    for layer in body.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        out += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+            out += _parts(proj)[:2]
+        for proj in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            out += _parts(proj)[:2]
+    return out
 
 
 class FixedDecoder:
@@ -179,17 +376,17 @@ class FixedDecoder:
     are: build a new one after the weights change."""
 
     @torch.no_grad()
-    def __init__(self, causal: Any, cache_arg: str, weights: Any = None) -> None:
-        """``causal`` prefills (and says the shapes); the decode steps read their weights from
-        ``weights`` (default ``causal``): a LoRA model's adapters merged into a copy, since its
-        layers' ``.weight`` are the base weights alone."""
+    def __init__(self, causal: Any, cache_arg: str, base: Base | None = None) -> None:
+        """``causal`` prefills, says the shapes, and gives the weights; its LoRA adapters (peft
+        layers', whose ``.weight`` is the base weight alone) are decoded beside the base
+        matrices, which come from ``base`` when given (built from these very tensors: a
+        ValueError otherwise) and are built here when not."""
         why = unsupported(causal)
         if why is not None:
             raise ValueError(f"FixedDecoder: {why}")
         self.causal, self.cache_arg = causal, cache_arg
         self.alone = AloneDecoder(causal, cache_arg)  # the prefill: each prompt on its own
-        config, body = causal.config, (weights if weights is not None else causal).model
-        causal_weights = weights if weights is not None else causal
+        config = causal.config
         self.device = next(causal.parameters()).device
         self.q_heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.q_heads)
@@ -201,33 +398,29 @@ class FixedDecoder:
         self.max_columns = round_up(self.context, WHOLE_VECTORS)
         self.bits = operand_bits(max(self.head_dim, self.max_columns))
         self.exp_bits = 52 - (self.max_columns - 1).bit_length()
-        # the embedding stays in the model's float32 (a row is made float64 exactly when it is
-        # read): a float64 copy would hold the vocabulary twice over for nothing
-        self.embed = body.embed_tokens.weight.detach().to(self.device, copy=True)
         self.pad = -int(config.intermediate_size) % WHOLE_VECTORS
         self.inter = int(config.intermediate_size) + self.pad
-        self.layers = [_Layer(layer, self.pad, self.device) for layer in body.layers]
-        final = (body.norm.weight, float(body.norm.variance_epsilon))
-        self.head = _Linear([causal_weights.get_output_embeddings().weight], [None], norm=final)
-        self.head.to(self.device)
-        # The rotary embedding of every position, once: the model's own cos and sin, a table
-        # indexed by position (its prefill computes the same values for its own positions, up
-        # to float32 rounding of the position times the frequency).
-        positions = torch.arange(self.context, device=self.device)[None]
-        probe = torch.zeros(1, dtype=torch.float32, device=self.device)
-        cos, sin = body.rotary_emb(probe, positions)
-        self.cos, self.sin = cos[0].double(), sin[0].double()  # (context, head_dim)
-        self.sin[:, : self.head_dim // 2].neg_()  # rotate_half's sign (_rotate)
+        if base is None:
+            base = Base(causal, self.pad, self.device)
+        elif not base.serves(causal):
+            raise ValueError("FixedDecoder: the base given was built from other weights")
+        self.base = base
+        self.embed, self.layers, self.head = base.embed, base.layers, base.head
+        self.cos, self.sin = base.cos, base.sin
+        adapters = [
+            _Adapters(layer, mine, self.pad, self.device)
+            for layer, mine in zip(causal.model.layers, base.layers, strict=True)
+        ]
+        self.adapters = adapters if any(a.nbytes() for a in adapters) else None
 
     def nbytes(self) -> int:
-        """The bytes of the tensors it holds: what the memory guard counts a served version's
-        decoder at (``collective.rl.checks.model_parts``)."""
-        linears = [
-            x for layer in self.layers for x in (layer.qkv, layer.o, layer.gate_up, layer.down)
-        ]
-        tensors = [self.embed, self.cos, self.sin, self.head.weight, self.head.bias]
-        tensors += [t for lin in linears for t in (lin.weight, lin.bias)]
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        """The bytes of the tensors it holds, its base's included: what the memory guard counts
+        (``collective.rl.checks.model_parts``)."""
+        return self.base.nbytes() + self.adapter_nbytes()
+
+    def adapter_nbytes(self) -> int:
+        """The bytes of its LoRA adapters alone: what a version adds to a shared base."""
+        return sum(a.nbytes() for a in self.adapters or ())
 
     def start(
         self,
@@ -374,8 +567,11 @@ class _Fixed:
         # where each new key and value goes: row r's head j's column pos[r] of a layer's
         # cache, seen as (rows * kv_heads * width, dim)
         into = ((self.rows * kv + self.heads) * width + pos[:, None]).view(-1)
-        for layer, keys, (vm, vs) in zip(net.layers, self.keys, self.values, strict=True):
-            qkv = layer.qkv(x).view(b, h + 2 * kv, dim)
+        adapters = net.adapters or [_NONE] * len(net.layers)
+        for layer, lora, keys, (vm, vs) in zip(
+            net.layers, adapters, self.keys, self.values, strict=True
+        ):
+            qkv = layer.qkv(x, lora.qkv).view(b, h + 2 * kv, dim)
             qkv[:, : h + kv] = _rotate(qkv[:, : h + kv], cos, sin)
             qk, (m, s) = rounded_and_fixed(qkv, net.bits, h + kv)  # queries, keys | values
             keys.view(-1, dim).index_copy_(0, into, qk[:, h:].reshape(-1, dim))
@@ -384,9 +580,10 @@ class _Fixed:
             attended = net.attend(
                 qk[:, :h], keys[:, :, :w], vm[:, :, :w], vs[:, :, :w], unseen, layer.scaling
             )
-            x = layer.o(attended).add_(x)
-            gate_up = layer.gate_up(x)
-            x = layer.down(F.silu(gate_up[:, : net.inter]).mul_(gate_up[:, net.inter :])).add_(x)
+            x = layer.o(attended, lora.o).add_(x)
+            gate_up = layer.gate_up(x, lora.gate_up)
+            silu = F.silu(gate_up[:, : net.inter]).mul_(gate_up[:, net.inter :])
+            x = layer.down(silu, lora.down).add_(x)
         live = set(self.live)
         going = [row in live for row in range(b)] if len(self.live) < b else None
         if going is None:

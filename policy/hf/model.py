@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -161,9 +162,9 @@ def no_progress_bars() -> None:
 
 def release_freed() -> None:
     """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; nothing
-    elsewhere). Building a served version frees a merged copy of the model and float64
-    transients in pieces below glibc's mmap threshold, which stay in the process otherwise:
-    SmolLM2-135M's decoder held 1.0 GiB of tensors and grew the process by 1.5 to 2.1 GiB."""
+    elsewhere). Building a decoder frees float64 transients, and saving a LoRA checkpoint a
+    merged copy of the model, in pieces below glibc's mmap threshold, which stay in the process
+    otherwise: a SmolLM2-135M decoder of 1.0 GiB of tensors grew the process by 1.5 to 2.1 GiB."""
     import ctypes
     import ctypes.util
 
@@ -225,6 +226,27 @@ def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 MIN_SHARED = 8
 
 
+class SharedBase:
+    """The batch-invariant decoder's base matrices (``policy.hf.decoder.Base``) of one set of
+    base weights, built by the first decoder that needs them and handed to every later one:
+    under LoRA every served version's copy holds the same base tensors (:meth:`HFModel.copy`),
+    so a version's decoder adds only its adapters. Thread-safe: sampling threads build
+    decoders."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._base: Any = None
+
+    def decoder(self, causal: Any, cache_arg: str) -> Any:
+        """A ``FixedDecoder`` of ``causal`` on the shared base (built now if there is none)."""
+        from policy.hf.decoder import FixedDecoder
+
+        with self._lock:
+            decoder = FixedDecoder(causal, cache_arg, self._base)
+            self._base = decoder.base
+            return decoder
+
+
 # -- the model --------------------------------------------------------------------------------
 
 
@@ -260,6 +282,9 @@ class HFModel:
             tokenizer, self.vocab_size, stop_ids(self.causal, tokenizer)
         )
         self.cache_arg = _cache_arg(self.causal)
+        #: The batch-invariant decoder's base matrices, built by the first policy that decodes
+        #: and shared by every LoRA copy (:meth:`copy`), whose base weights are these.
+        self.decoding = SharedBase()
 
     @classmethod
     def load(
@@ -351,10 +376,14 @@ class HFModel:
     def copy(
         self, state: dict[str, torch.Tensor] | None = None, version: int | None = None
     ) -> HFModel:
-        """An independent copy that never trains (for serving a version, or the orchestrator's
-        frozen sub-agents), with ``state`` loaded into it when given. It shares the tokenizer and
-        the grammar (both read-only)."""
-        module = copy.deepcopy(self.model)
+        """A copy that never trains (for serving a version, or the orchestrator's frozen
+        sub-agents), with ``state`` loaded into it when given. It shares the tokenizer and the
+        grammar (both read-only), and under LoRA the base weights (they never train: a version
+        is its adapters) and the decoder matrices built from them (:attr:`decoding`)."""
+        frozen = {}
+        if self.lora:
+            frozen = {id(p): p for n, p in self.model.named_parameters() if "lora_" not in n}
+        module = copy.deepcopy(self.model, frozen)
         module.requires_grad_(False)
         twin = HFModel(
             module.eval(),
@@ -364,6 +393,8 @@ class HFModel:
             logit_chunk=self.logit_chunk,
             grammar=self.grammar,
         )
+        if self.lora:
+            twin.decoding = self.decoding
         if state is not None:
             _load_trainable(twin.model, state)
         return twin

@@ -150,12 +150,12 @@ class HFPolicy:
             if self._decoder is None:
                 causal = self.model.causal
                 if unsupported(causal) is None:
-                    # under LoRA the layers' .weight are the base weights: the adapters merged
-                    # into a copy (the policy's weights never change, so once)
-                    merged = self.model.merged() if self.model.lora else None
-                    self._decoder = FixedDecoder(causal, self.model.cache_arg, merged)
-                    del merged
-                    release_freed()  # the merged copy and the build's transients
+                    if self.model.lora:  # the base never trains: one set of its matrices
+                        shared = self.model.decoding  # for every version's copy
+                        self._decoder = shared.decoder(causal, self.model.cache_arg)
+                    else:
+                        self._decoder = FixedDecoder(causal, self.model.cache_arg)
+                    release_freed()  # the build's float64 transients
                 else:
                     self._decoder = AloneDecoder(causal, self.model.cache_arg)
             return self._decoder

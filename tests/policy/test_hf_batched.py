@@ -183,6 +183,44 @@ def test_lora_adapters_are_decoded_not_just_prefilled(tiny_lm):  # noqa: F811
         assert torch.allclose(torch.tensor(a.logprobs), lp.detach(), atol=1e-4)
 
 
+def test_lora_versions_share_one_base_and_decode_as_a_model_of_their_own_would(tiny_lm):  # noqa: F811
+    """Two served versions of a LoRA run are copies holding the learner's base tensors and one
+    set of the decoder's base matrices; each adds its adapters only. Sharing changes no bit: a
+    version answers as the same adapters loaded into a model of their own (its own base tensors
+    and matrices) answer. The versions' adapters differ, and so do their answers; a base built
+    from other tensors is refused."""
+    model = HFModel.load(tiny_lm, lora_rank=4)
+    torch.manual_seed(1)
+    states = []
+    for _ in range(2):
+        with torch.no_grad():
+            for name, p in model.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.05)
+        states.append(model.trainable_state())
+    v1, v2 = (model.copy(state, v) for v, state in enumerate(states, start=1))
+    learner_q = model.causal.model.layers[0].self_attn.q_proj
+    for version in (v1, v2):
+        q = version.causal.model.layers[0].self_attn.q_proj
+        assert q.base_layer.weight is learner_q.base_layer.weight
+        assert q.lora_A["default"].weight is not learner_q.lora_A["default"].weight
+    p1, p2 = HFPolicy(v1, workers=1), HFPolicy(v2, workers=1)
+    d1, d2 = p1.decoder(), p2.decoder()
+    assert isinstance(d1, FixedDecoder) and isinstance(d2, FixedDecoder)
+    assert d1.base is d2.base and 0 < d1.adapter_nbytes() < d1.base.nbytes() // 20
+    batch = requests(8, SPACE)
+    a1, a2 = p1.sample(batch), p2.sample(batch)
+    assert [a.token_ids for a in a1] != [a.token_ids for a in a2]
+    own = HFModel.load(tiny_lm, lora_rank=4)
+    own.load_trainable_state(states[0])
+    alone = HFPolicy(own, workers=1)
+    assert [(a.token_ids, a.logprobs) for a in alone.sample(batch)] == [
+        (a.token_ids, a.logprobs) for a in a1
+    ]
+    with pytest.raises(ValueError, match="built from other weights"):
+        FixedDecoder(own.causal, own.cache_arg, d1.base)
+
+
 @pytest.mark.heavy
 def test_smollm2s_shape_batched_equals_alone_and_the_learner_recomputes_its_logprobs():
     """SmolLM2-135M's shapes where the decoder could go wrong (a Llama: 9 query heads over 3

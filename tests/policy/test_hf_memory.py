@@ -57,13 +57,17 @@ def test_a_learner_step_on_16_by_1024_tokens_stays_far_below_the_naive_logits(ti
 
 def test_the_guard_counts_an_hf_runs_model_as_loaded(tiny_lm, monkeypatch):  # noqa: F811
     """The model's parameters and LoRA's adapters, read from the directory without loading it,
-    are what the loaded model has; the served versions are lag + 1 copies, each with the
-    decoder's float64 weights; a machine that cannot hold them refuses the run in one line."""
+    are what the loaded model has. Under LoRA the served versions (lag + 1) share the base
+    tensors and one set of the decoder's float64 base matrices, and each adds its adapters
+    (float32 in its copy, float64 in its decoder); without LoRA each is a copy of the model
+    with matrices of its own. Both as the decoders built hold them; a machine that cannot hold
+    them refuses the run in one line."""
     from collective.engine import limits
     from collective.rl.checks import check_training, model_parts
     from collective.rl.config import read_config
     from policy.hf.decoder import FixedDecoder
     from policy.hf.model import HFModel
+    from policy.hf.policy import HFPolicy
 
     cfg = read_config(
         dict(backend="hf", hf_model=str(tiny_lm), device="cpu", lora_rank=4, chunk_tokens=512)
@@ -75,12 +79,25 @@ def test_the_guard_counts_an_hf_runs_model_as_loaded(tiny_lm, monkeypatch):  # n
     params = every - trained
     assert parts[f"the model ({params:,} parameters)"] == (params + trained) * 4
     assert parts[f"gradients and Adam moments of {trained:,}"] == trained * 3 * 4
-    (served,) = [v for k, v in parts.items() if k.startswith("2 served versions")]
-    # a version: a copy of the model and its adapters, and the decoder it builds, as it holds
-    decoder = FixedDecoder(loaded.causal, loaded.cache_arg, loaded.merged())
-    table = decoder.cos.numel() * 8 * 2  # (the rotary table: not counted, a few MB at most)
-    held = 2 * ((params + trained) * 4 + decoder.nbytes() - table) + params * 4
+    decoders = [HFPolicy(loaded.copy(version=v)).decoder() for v in (1, 2)]
+    assert all(isinstance(d, FixedDecoder) for d in decoders)
+    table = decoders[0].cos.numel() * 8 * 2  # (the rotary table: not counted, a few MB at most)
+    base = parts["the decoder's base matrices (float64, shared by every version)"]
+    held = decoders[0].base.nbytes() - table
     # (the guard counts norm gains the decoder folds away, and not the SiLU padding: 0.1% apart)
+    assert abs(base - held) < 0.002 * held, (base, held)
+    assert decoders[1].base is decoders[0].base
+    (served,) = [
+        v for k, v in parts.items() if k.startswith("2 served versions at") and "adapters" in k
+    ]
+    held = sum(trained * 4 + d.adapter_nbytes() for d in decoders)
+    assert abs(served - held) < 0.01 * held, (served, held)
+
+    plain = model_parts(read_config(dict(backend="hf", hf_model=str(tiny_lm), device="cpu")))
+    (served,) = [v for k, v in plain.items() if k.startswith("2 served versions at")]
+    whole = HFModel.load(tiny_lm)
+    decoder = FixedDecoder(whole.causal, whole.cache_arg)
+    held = 2 * (sum(p.numel() for p in whole.model.parameters()) * 4 + decoder.nbytes() - table)
     assert abs(served - held) < 0.002 * held, (served, held)
     assert parts["the backward at 512 tokens"] > 0
     said = check_training(cfg)

@@ -59,7 +59,10 @@ def request(i: int) -> PolicyRequest:
 
 def hf_sampler() -> object:
     """A small Qwen2 (biases, 6 query heads over 2 key/value heads, feed-forward 72 wide, tied
-    head) over the tests' tokenizer, in the in-process policy with one sampling thread."""
+    head) with rank-4 LoRA adapters on every linear layer, made non-zero (so the decoder's
+    adapter products, beside its base matrices, are under test too), over the tests'
+    tokenizer, in the in-process policy with one sampling thread."""
+    from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from policy.hf.model import HFModel
@@ -80,8 +83,13 @@ def hf_sampler() -> object:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = HFModel(Qwen2ForCausalLM(config).eval(), tokenizer)
-    return HFPolicy(model, workers=1)
+    lora = LoraConfig(r=4, lora_alpha=12.0, lora_dropout=0.0, target_modules="all-linear")
+    module = get_peft_model(Qwen2ForCausalLM(config), lora).eval()  # type: ignore[arg-type]
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # peft starts B at zero
+    return HFPolicy(HFModel(module, tokenizer), workers=1)
 
 
 def main() -> None:
