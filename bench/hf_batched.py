@@ -25,8 +25,10 @@ from run to run on this machine. The ratio batched / generate is the issue's tar
 batch 64). The grammar's share of the batched run is the CPU of replaying its masks along the
 same outputs (``ActionGrammar.masks``: fill and accept per token) over the batched run's CPU.
 **Decode steps apart** (``steps`` in the JSON): at each batch size past 1, one exact-sum decode
-step (``FixedDecoder.step``) beside ``transformers``' own cached forward of one token a row
-(``causal(input_ids, past_key_values)``) on the same prompts cut to one length (no padding), the
+step (``FixedDecoder.step``, and again with its head on the tokens the grammar allows at an
+answer's first token, as the sampler steps) beside ``transformers``' own cached forward of one
+token a row (``causal(input_ids, past_key_values)``) on the same prompts cut to one length (no
+padding), the
 median of ``--repeats`` x 4 steps each, as milliseconds a step and their ratio; the prefill
 apart (the decoder's: each prompt alone over the shared head; transformers': the batch at
 once); and the decoder's logit error against transformers' at the same step (the largest
@@ -214,7 +216,8 @@ def decode_steps(policy: Any, requests: list[Any], repeats: int) -> dict[str, An
     ids = [i[:length] for i in ids]
     heads = [policy._shared(i, r.space) for i, r in zip(ids, requests, strict=True)]
     b, token = len(ids), [int(ids[0][-1])] * len(ids)
-    fixed_ms, theirs_ms, errors = [], [], []
+    fixed_ms, theirs_ms, errors, masked_ms = [], [], [], []
+    allowed = first_masks(model, requests)
 
     def forward(x: torch.Tensor, kv: Any = None) -> Any:
         return model.causal(input_ids=x, past_key_values=kv, use_cache=True)
@@ -223,6 +226,7 @@ def decode_steps(policy: Any, requests: list[Any], repeats: int) -> dict[str, An
     for _ in range(repeats):
         c, (rows, _) = _cpu(decoder.start, heads, ids, [8] * b)
         prefill["decoder"].append(1e3 * c)
+        masked, _ = decoder.start(heads, ids, [8] * b)  # the same rows, stepped with masks
         with torch.inference_mode():
             c, out = _cpu(forward, torch.tensor(ids))
             prefill["transformers"].append(1e3 * c)
@@ -230,6 +234,8 @@ def decode_steps(policy: Any, requests: list[Any], repeats: int) -> dict[str, An
             for _ in range(4):
                 c, ours = _cpu(rows.step, token)
                 fixed_ms.append(1e3 * c)
+                c, _ = _cpu(masked.step, token, allowed)
+                masked_ms.append(1e3 * c)
                 step = torch.tensor([[t] for t in token])
                 c, out = _cpu(forward, step, cache)
                 theirs_ms.append(1e3 * c)
@@ -241,20 +247,40 @@ def decode_steps(policy: Any, requests: list[Any], repeats: int) -> dict[str, An
         "prompt_tokens": length,
         "decode_ms": {
             "fixed": statistics.median(fixed_ms),
+            "fixed_masked_head": statistics.median(masked_ms),
             "transformers": statistics.median(theirs_ms),
         },
+        "allowed_tokens": int(allowed.any(dim=0).sum()),
         "prefill_ms": {k: statistics.median(v) for k, v in prefill.items()},
         "logit_error": max(errors),
     }
     row["decode_ratio"] = row["decode_ms"]["fixed"] / row["decode_ms"]["transformers"]
+    row["masked_head_ratio"] = _paired(masked_ms, theirs_ms)
     print(
         f"batch {b:4d}: decode step {row['decode_ms']['fixed']:.1f} ms exact vs "
         f"{row['decode_ms']['transformers']:.1f} ms transformers ({row['decode_ratio']:.2f}x); "
+        f"the head on {row['allowed_tokens']} allowed tokens "
+        f"{row['decode_ms']['fixed_masked_head']:.1f} ms ({row['masked_head_ratio']:.2f}x); "
         f"prefill {row['prefill_ms']['decoder']:.0f} vs {row['prefill_ms']['transformers']:.0f} "
         f"ms; logit error {row['logit_error']:.1e}",
         flush=True,
     )
     return row
+
+
+def first_masks(model: Any, requests: list[Any]) -> torch.Tensor:
+    """Each request's grammar mask for an answer's first token (booleans ``[rows, vocab]``):
+    the tokens an action may begin with, what a decode step's head computes when every row is
+    there (``FixedDecoder``'s ``HEAD_SHARE``)."""
+    import xgrammar as xgr
+
+    from policy.hf.grammar import unpack
+
+    grammar = model.grammar
+    bitmask = torch.empty((len(requests), grammar.words), dtype=torch.int32)
+    matchers = [grammar.matcher(r.space) for r in requests]
+    xgr.BatchGrammarMatcher(max_threads=1).batch_fill_next_token_bitmask(matchers, bitmask)
+    return unpack(bitmask, model.vocab_size)
 
 
 def _paired(ours: list[float], theirs: list[float]) -> float:

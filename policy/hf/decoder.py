@@ -70,6 +70,10 @@ LLAMA_FAMILY = ("llama", "qwen2", "mistral")
 _LN2 = math.log(2.0)
 #: A batch's cache is compacted once at most this share of its rows is still decoding.
 COMPACT = 0.75
+#: A decode step's head computes only the tokens the grammar allows some row when they are at
+#: most this share of the vocabulary (the head is SmolLM2-135M's largest product: 49,152
+#: outputs; gathering its columns costs more per column than the whole product does).
+HEAD_SHARE = 0.25
 
 #: Keys and values of one layer for one request, as a model's cache holds them:
 #: ``[1, kv_heads, positions, head_dim]`` each.
@@ -183,6 +187,16 @@ class _Linear:
             squares = torch.mul(x, x).sum(-1, keepdim=True)  # exact, for the same reason
             y.div_(torch.sqrt(squares.div_(x.shape[-1]).add_(self.eps)))
         return y if self.bias is None else y.add_(self.bias)
+
+    def columns(self, x: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
+        """``self(x)[:, outputs]``, bit for bit, computing those outputs only: each is an exact
+        sum of its own column's products, then the same element-by-element steps."""
+        x = rounded(x, self.bits)
+        y = torch.mm(x, self.weight.index_select(1, outputs))
+        if self.eps is not None:
+            squares = torch.mul(x, x).sum(-1, keepdim=True)
+            y.div_(torch.sqrt(squares.div_(x.shape[-1]).add_(self.eps)))
+        return y if self.bias is None else y.add_(self.bias[outputs])
 
 
 class _LowRank:
@@ -547,10 +561,17 @@ class _Fixed:
         self._index(len(self.live))
 
     @torch.inference_mode()
-    def step(self, tokens: Sequence[int]) -> torch.Tensor:
+    def step(self, tokens: Sequence[int], allowed: torch.Tensor | None = None) -> torch.Tensor:
         """One token per live row, at its next position; the next-token logits, float32
         ``[live rows, vocab]``. A finished row that rides along gets token 0 at its frozen
-        position: written into its own row's cache, never read."""
+        position: written into its own row's cache, never read.
+
+        ``allowed`` (booleans ``[live rows, vocab]``: the grammar's masks for the next token)
+        lets the head compute only the tokens some live row may take, when they are at most
+        ``HEAD_SHARE`` of the vocabulary; every other logit is 0, and the sampler forbids
+        those tokens anyway. A computed logit is the same bits either way
+        (:meth:`_Linear.columns`), and which are computed changes no row's distribution, so
+        the answers are those of the whole head (tested)."""
         net = self.net
         b, h, kv, dim = len(self.pos), net.q_heads, net.kv_heads, net.head_dim
         held = [0] * b
@@ -593,6 +614,12 @@ class _Fixed:
             self.pos = pos + torch.tensor(going, dtype=torch.long, device=net.device)
             self.at = [p + g for p, g in zip(self.at, going, strict=True)]
             x = x[self.live]
+        if allowed is not None:
+            union = allowed.any(dim=0).nonzero().flatten()
+            if len(union) <= HEAD_SHARE * allowed.shape[1]:
+                logits = x.new_zeros(x.shape[0], allowed.shape[1], dtype=torch.float32)
+                logits[:, union] = net.head.columns(x, union).float()
+                return logits
         return net.head(x).float()
 
 
@@ -628,8 +655,8 @@ class _Alone:
     def keep(self, rows: Sequence[int]) -> None:
         self.caches = [self.caches[r] for r in rows]
 
-    def step(self, tokens: Sequence[int]) -> torch.Tensor:
-        return self.forward([[t] for t in tokens])
+    def step(self, tokens: Sequence[int], allowed: torch.Tensor | None = None) -> torch.Tensor:
+        return self.forward([[t] for t in tokens])  # (the model's whole head: ``allowed`` unused)
 
     @torch.inference_mode()
     def forward(self, tokens: Sequence[Sequence[int]]) -> torch.Tensor:

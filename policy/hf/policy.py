@@ -45,7 +45,7 @@ from collective.base.actions import ActionSpace
 from collective.base.seeding import Stream
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
 from policy.hf.decoder import AloneDecoder, FixedDecoder, unsupported
-from policy.hf.grammar import GrammarError, masked_logits
+from policy.hf.grammar import GrammarError, masked_logits, unpack
 from policy.hf.model import (
     MIN_SHARED,
     HFModel,
@@ -215,8 +215,8 @@ class HFPolicy:
         masks = xgr.BatchGrammarMatcher(max_threads=1)
         bitmask = torch.empty((n, grammar.words), dtype=torch.int32)
         live = list(range(n))
+        masks.batch_fill_next_token_bitmask([matchers[i] for i in live], bitmask)
         while live:
-            masks.batch_fill_next_token_bitmask([matchers[i] for i in live], bitmask)
             going = []
             for j, i in enumerate(live):
                 r = requests[i]
@@ -235,7 +235,10 @@ class HFPolicy:
             if len(going) < len(live):
                 rows.keep(going)
                 live = [live[j] for j in going]
-            logits = rows.step([tokens[i][-1] for i in live])
+            # the next token's masks before the step: its head computes what they allow
+            masks.batch_fill_next_token_bitmask([matchers[i] for i in live], bitmask)
+            allowed = unpack(bitmask[: len(live)], model.vocab_size)
+            logits = rows.step([tokens[i][-1] for i in live], allowed)
         return [
             PolicyResponse(
                 text=model.tokenizer.decode(tokens[i], skip_special_tokens=True),

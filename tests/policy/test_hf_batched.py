@@ -183,6 +183,35 @@ def test_lora_adapters_are_decoded_not_just_prefilled(tiny_lm):  # noqa: F811
         assert torch.allclose(torch.tensor(a.logprobs), lp.detach(), atol=1e-4)
 
 
+def test_the_head_computes_only_the_allowed_tokens_and_changes_no_answer(tiny_lm, monkeypatch):  # noqa: F811
+    """A decode step's head computes only the tokens some row's grammar allows (tally's actions
+    and numbers: a few of the vocabulary), and every answer is the same bits as with the whole
+    head; each computed logit is the whole head's, bit for bit."""
+    from policy.hf import decoder
+
+    model = HFModel.load(tiny_lm)
+    batch = requests(8, SPACE)
+    narrowed = []
+    whole_columns = decoder._Linear.columns
+
+    def columns(self, x, outputs):
+        narrowed.append(len(outputs))
+        got = whole_columns(self, x, outputs)
+        assert torch.equal(got, self(x)[:, outputs])
+        return got
+
+    monkeypatch.setattr(decoder._Linear, "columns", columns)
+    restricted = HFPolicy(model, workers=1).sample(batch)
+    assert narrowed and max(narrowed) <= decoder.HEAD_SHARE * model.vocab_size
+    monkeypatch.setattr(decoder, "HEAD_SHARE", 0.0)  # the whole head at every step
+    calls = len(narrowed)
+    whole = HFPolicy(model, workers=1).sample(batch)
+    assert len(narrowed) == calls
+    assert [(a.token_ids, a.logprobs) for a in restricted] == [
+        (a.token_ids, a.logprobs) for a in whole
+    ]
+
+
 def test_lora_versions_share_one_base_and_decode_as_a_model_of_their_own_would(tiny_lm):  # noqa: F811
     """Two served versions of a LoRA run are copies holding the learner's base tensors and one
     set of the decoder's base matrices; each adds its adapters only. Sharing changes no bit: a
