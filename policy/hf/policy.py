@@ -7,9 +7,11 @@ prefilled on its own, then every step is one forward over all the live requests
 
 - the prompt is the request's rendered through the model's chat template (:func:`prompt_ids`,
   the ids the SGLang client sends and the learner rebuilds);
-- every step fills the batch's xgrammar masks together and applies each request's mask,
-  temperature and ``top_p`` through :func:`policy.hf.grammar.masked_logits`, the very function
-  the learner scores with, and the sampled token's logprob under that distribution is reported;
+- every step fills the batch's xgrammar masks together, before the step's forward (whose head
+  computes only the tokens some row may take: ``FixedDecoder``'s ``HEAD_SHARE``), and applies
+  each request's mask, temperature and ``top_p`` through
+  :func:`policy.hf.grammar.masked_logits`, the very function the learner scores with, and the
+  sampled token's logprob under that distribution is reported;
 - token ``t`` is drawn with draw ``t + 1`` of ``collective.base.seeding.Stream(request.seed)``, by
   inverting the masked distribution's CDF (float64 running sum), so a seed names its tokens;
 - a request stops at a stop token (the grammar allows only those once the action is complete)
