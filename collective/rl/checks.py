@@ -115,6 +115,7 @@ def model_parts(cfg: TrainConfig) -> dict[str, int]:
             parts["the decoder's base matrices (float64, shared by every version)"] = matrices
             each = adapters * (4 + 8)
             parts[f"{versions} served versions at {human(each)} (adapters only)"] = versions * each
+            parts["a merged copy while a checkpoint is written"] = model + adapters * 4
         else:  # a version is a copy of the model and its own matrices
             each = model + matrices
             parts[f"{versions} served versions at {human(each)} (float64 decode weights)"] = (

@@ -101,6 +101,8 @@ def unsupported(causal: Any) -> str | None:
     if hasattr(head, "base_layer"):
         return "LoRA adapters on the output head"
     for name, module in causal.named_modules():
+        if getattr(module, "lora_embedding_A", None):
+            return f"{name}: LoRA adapters on an embedding"
         if hasattr(module, "lora_A") and (why := _variant(module)):
             return f"{name}: {why}"
     return None
@@ -614,7 +616,7 @@ class _Fixed:
             self.pos = pos + torch.tensor(going, dtype=torch.long, device=net.device)
             self.at = [p + g for p, g in zip(self.at, going, strict=True)]
             x = x[self.live]
-        if allowed is not None:
+        if allowed is not None and x.device.type == "cpu":  # (a GPU's whole head is cheap)
             union = allowed.any(dim=0).nonzero().flatten()
             if len(union) <= HEAD_SHARE * allowed.shape[1]:
                 logits = x.new_zeros(x.shape[0], allowed.shape[1], dtype=torch.float32)

@@ -395,8 +395,10 @@ class HFModel:
         )
         if self.lora:
             twin.decoding = self.decoding
-        if state is not None:
-            _load_trainable(twin.model, state)
+        if state is not None:  # (checked against what trains here: the twin trains nothing)
+            _load_trainable(
+                twin.model, state, {n for n, p in self.model.named_parameters() if p.requires_grad}
+            )
         return twin
 
     def reference(self) -> _Reference | HFModel:
@@ -592,11 +594,22 @@ class HFModel:
         return directory
 
 
-def _load_trainable(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    trained = {n for n, p in module.named_parameters() if p.requires_grad}
+def _load_trainable(
+    module: torch.nn.Module, state: dict[str, torch.Tensor], trained: set[str] | None = None
+) -> None:
+    """Load the tensors that train (``trained``: default, ``module``'s own), all of them and
+    nothing else: under LoRA a copy's base tensors are the learner's own (``HFModel.copy``), so
+    a stray base tensor in ``state`` would overwrite every version's base at once."""
+    if trained is None:
+        trained = {n for n, p in module.named_parameters() if p.requires_grad}
     missing = trained - set(state)
     if missing:
         raise ValueError(f"weights lack {len(missing)} trained tensors, e.g. {min(missing)}")
+    frozen = set(state) - trained
+    if frozen:
+        raise ValueError(
+            f"weights hold {len(frozen)} tensors that do not train, e.g. {min(frozen)}"
+        )
     unexpected = module.load_state_dict(state, strict=False).unexpected_keys
     if unexpected:
         raise ValueError(f"weights hold {len(unexpected)} unknown tensors, e.g. {unexpected[0]}")

@@ -248,6 +248,13 @@ def test_lora_versions_share_one_base_and_decode_as_a_model_of_their_own_would(t
     ]
     with pytest.raises(ValueError, match="built from other weights"):
         FixedDecoder(own.causal, own.cache_arg, d1.base)
+    # a state holding a base tensor would write the base every version shares: refused
+    base_name = next(n for n in model.model.state_dict() if "q_proj.base_layer.weight" in n)
+    before = learner_q.base_layer.weight.clone()
+    stray = {**states[0], base_name: torch.zeros_like(before)}
+    with pytest.raises(ValueError, match="1 tensors that do not train"):
+        model.copy(stray, 3)
+    assert torch.equal(learner_q.base_layer.weight, before)
 
 
 @pytest.mark.heavy

@@ -92,6 +92,8 @@ def test_the_guard_counts_an_hf_runs_model_as_loaded(tiny_lm, monkeypatch):  # n
     ]
     held = sum(trained * 4 + d.adapter_nbytes() for d in decoders)
     assert abs(served - held) < 0.01 * held, (served, held)
+    # (a LoRA checkpoint is saved merged: a whole copy of the model while it is written)
+    assert parts["a merged copy while a checkpoint is written"] == (params + trained) * 4
 
     plain = model_parts(read_config(dict(backend="hf", hf_model=str(tiny_lm), device="cpu")))
     (served,) = [v for k, v in plain.items() if k.startswith("2 served versions at")]
