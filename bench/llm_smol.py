@@ -45,6 +45,7 @@ from collective.base.outputs import write_file
 from collective.records import Episode
 from collective.rl.config import TrainConfig, load_config
 from collective.studies.intervals import paired_contrast
+from experiments.resumable import is_complete
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "llm_smol"
@@ -92,10 +93,11 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
 
 
 def _complete(run: Path, steps: int | None) -> bool:
+    """Whether ``run`` began (``config.json``) and finished ``steps`` (default: its own
+    config's, as a resume reads it)."""
     if not (run / "config.json").exists():
         return False
-    want = steps or load_config(run / "config.toml").steps  # a run's own config, as a resume
-    return len(_metrics(run)) >= want and (run / "checkpoints" / "latest").exists()
+    return is_complete(run, load_config(run / "config.toml", [f"steps={steps}"] if steps else []))
 
 
 def held_out(cfg: TrainConfig, policy: Any, instances: int, seed: int) -> list[Episode]:

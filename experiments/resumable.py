@@ -90,11 +90,14 @@ def run_digest(run: Path) -> str | None:
 
 
 def is_complete(run: Path, cfg: TrainConfig) -> bool:
-    # (a per-role run keeps a checkpoint a role: checkpoints/roles/ROLE/latest.pt)
+    """Whether ``run`` finished ``cfg.steps`` steps and holds their weights."""
+    # (a per-role run keeps a checkpoint a role: checkpoints/roles/ROLE/latest.pt; an hf run's
+    # checkpoint is a model directory, checkpoints/latest/)
+    latest = run / "checkpoints" / "latest"
     weights = (
         any((run / "checkpoints" / "roles").glob("*/latest.pt"))
         if cfg.role_policies
-        else (run / "checkpoints" / "latest.pt").is_file()
+        else latest.with_suffix(".pt").is_file() or latest.is_dir()
     )
     return (run / "metrics.jsonl").is_file() and len(read_metrics(run)) >= cfg.steps and weights
 

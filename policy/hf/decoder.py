@@ -49,6 +49,7 @@ CPU, the whole against ``transformers``' ``generate``, by ``bench/hf_batched.py`
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,7 +64,7 @@ from policy.fixed import (
     rounded_and_fixed,
     to_fixed,
 )
-from policy.hf.model import cache_pairs, new_cache
+from policy.hf.cache import cache_pairs, new_cache
 
 #: Model types whose decoder layers :class:`FixedDecoder` implements.
 LLAMA_FAMILY = ("llama", "qwen2", "mistral")
@@ -385,6 +386,25 @@ def _sources(causal: Any) -> list[Any]:
         for proj in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
             out += _parts(proj)[:2]
     return out
+
+
+class SharedBase:
+    """The batch-invariant decoder's base matrices (:class:`Base`) of one set of
+    base weights, built by the first decoder that needs them and handed to every later one:
+    under LoRA every served version's copy holds the same base tensors (:meth:`HFModel.copy`),
+    so a version's decoder adds only its adapters. Thread-safe: sampling threads build
+    decoders."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._base: Base | None = None
+
+    def decoder(self, causal: Any, cache_arg: str) -> FixedDecoder:
+        """A ``FixedDecoder`` of ``causal`` on the shared base (built now if there is none)."""
+        with self._lock:
+            decoder = FixedDecoder(causal, cache_arg, self._base)
+            self._base = decoder.base
+            return decoder
 
 
 class FixedDecoder:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import json
 import sys
-import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -44,6 +43,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from collective.base.actions import ActionSpace
+from policy.hf.cache import cache_pairs, new_cache
+from policy.hf.decoder import SharedBase
 from policy.hf.grammar import ActionGrammar, masked_logits
 from policy.hf.prompt import load_tokenizer, prompt_ids
 
@@ -190,26 +191,6 @@ def _cache_arg(module: Any) -> str:
     return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
-def new_cache(config: Any, pairs: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> Any:
-    """A KV cache, empty or holding ``pairs`` (one (keys, values) per layer). The tensors given
-    are never written: a cache's update concatenates into new ones."""
-    from transformers import DynamicCache
-
-    if pairs:
-        return DynamicCache(list(pairs))
-    try:
-        return DynamicCache(config=config)
-    except TypeError:  # transformers 4.x takes no config
-        return DynamicCache()
-
-
-def cache_pairs(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) of each layer of a dynamic cache (transformers 4.5x and 5.x)."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache, strict=True))
-
-
 def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
     """How many leading token ids every sequence shares."""
     first = seqs[0]
@@ -224,27 +205,6 @@ def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 
 #: Below this many shared prompt tokens, a separate forward pass for them is not worth it.
 MIN_SHARED = 8
-
-
-class SharedBase:
-    """The batch-invariant decoder's base matrices (``policy.hf.decoder.Base``) of one set of
-    base weights, built by the first decoder that needs them and handed to every later one:
-    under LoRA every served version's copy holds the same base tensors (:meth:`HFModel.copy`),
-    so a version's decoder adds only its adapters. Thread-safe: sampling threads build
-    decoders."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._base: Any = None
-
-    def decoder(self, causal: Any, cache_arg: str) -> Any:
-        """A ``FixedDecoder`` of ``causal`` on the shared base (built now if there is none)."""
-        from policy.hf.decoder import FixedDecoder
-
-        with self._lock:
-            decoder = FixedDecoder(causal, cache_arg, self._base)
-            self._base = decoder.base
-            return decoder
 
 
 # -- the model --------------------------------------------------------------------------------

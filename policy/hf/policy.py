@@ -46,16 +46,10 @@ import trio
 from collective.base.actions import ActionSpace
 from collective.base.seeding import Stream
 from policy.base import PolicyError, PolicyRequest, PolicyResponse
+from policy.hf.cache import cache_pairs, new_cache
 from policy.hf.decoder import AloneDecoder, FixedDecoder, unsupported
 from policy.hf.grammar import GrammarError, masked_logits, unpack
-from policy.hf.model import (
-    MIN_SHARED,
-    HFModel,
-    cache_pairs,
-    common_prefix,
-    new_cache,
-    release_freed,
-)
+from policy.hf.model import MIN_SHARED, HFModel, common_prefix, release_freed
 from policy.hf.prompt import prompt_ids
 from policy.threads import sampling_threads
 

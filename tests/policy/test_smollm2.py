@@ -298,23 +298,3 @@ def test_the_llm_smol_bench_runs_end_to_end_in_its_quick_form(smol: Path, tmp_pa
     assert paired["per_seed"] and paired["lo"] is None  # one seed: a mean, no interval
     assert (out / "llm_smol.png").stat().st_size > 0
     assert (out / "trained-episode.txt").read_text().startswith("# tally")
-
-
-def test_the_llm_smol_bench_resumes_a_run_cut_short_before_its_configs_steps(
-    tmp_path: Path,
-) -> None:
-    """A run stopped at 6 of its config's 10 steps is not complete, so the bench resumes it; at
-    10 (or at the 6 asked for with ``--steps 6``) it is, and is reused."""
-    from bench.llm_smol import CONFIG, _complete
-
-    run = tmp_path / "s0"
-    (run / "checkpoints" / "latest").mkdir(parents=True)
-    (run / "config.toml").write_text(CONFIG.read_text())
-    assert "steps = 10" in CONFIG.read_text()
-    assert not _complete(run, None)  # no config.json: the run never began
-    (run / "config.json").write_text("{}\n")
-    (run / "metrics.jsonl").write_text('{"step": 0}\n' * 6)
-    assert not _complete(run, None)
-    assert _complete(run, 6)
-    (run / "metrics.jsonl").write_text('{"step": 0}\n' * 10)
-    assert _complete(run, None)

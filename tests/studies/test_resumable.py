@@ -17,6 +17,7 @@ from collective.rl.config import TrainConfig, dump_config
 from collective.rl.train import read_metrics
 from experiments.resumable import (
     cached,
+    is_complete,
     run_digest,
     store,
     stored_digest,
@@ -153,3 +154,25 @@ def test_the_committed_runs_keep_their_digests() -> None:
     for stamp in runs:
         cfg = load_config(stamp.parent / "config.toml")
         assert train_digest(cfg) == stamp.read_text().strip(), stamp.parent
+
+
+def test_an_hf_run_cut_short_is_not_complete_until_its_steps_are_done(tmp_path: Path) -> None:
+    """An hf run's checkpoint is a model directory (``checkpoints/latest/``): stopped at 6 of
+    its config's 10 steps it is not complete (``bench/llm_smol.py`` resumes it); at 10, or
+    asked for 6, it is."""
+    from collective.rl.config import load_config
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "llm-smol.toml"
+    run = tmp_path / "s0"
+    (run / "checkpoints" / "latest").mkdir(parents=True)
+    cfg = load_config(config)
+    assert cfg.steps == 10
+    # (a real step's record: metrics.jsonl is read as records)
+    step = (Path(__file__).resolve().parents[1] / "data" / "flat_run" / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(step * 6)
+    assert not is_complete(run, cfg)
+    assert is_complete(run, load_config(config, ["steps=6"]))
+    (run / "metrics.jsonl").write_text(step * 10)
+    assert is_complete(run, cfg)
+    (run / "checkpoints" / "latest").rmdir()
+    assert not is_complete(run, cfg)  # no weights
