@@ -19,8 +19,11 @@ checkpoint is the 517 MB merged model). Then plays the same held-out instances (
 
 Contrasts are paired by seed and instance (``collective.studies.intervals.paired_contrast``: the
 mean of per-seed mean differences, its t-interval over seeds, so with two seeds an interval is
-wide by construction). Besides the score: the share of turns that are an ``add``, the mean
-amount added, the share of turns that were not a valid action, and talk tokens per episode. Writes
+wide by construction), and beside it a hierarchical bootstrap of the paired differences (seeds,
+then each seed's instances, resampled: ``hierarchical_bootstrap``), whose interval counts the
+instances' variation as well as the seeds'. Besides the score: the share of turns that are an
+``add``, the mean amount added, the share of turns that were not a valid action, and talk tokens
+per episode. Writes
 ``bench/results/llm_smol/``: ``summary.json``, ``llm_smol.png`` (held-out scores and the
 training curves) and the ``collective show`` timeline of one trained held-out episode.
 """
@@ -44,7 +47,7 @@ import numpy as np
 from collective.base.outputs import write_file
 from collective.records import Episode
 from collective.rl.config import TrainConfig, load_config
-from collective.studies.intervals import paired_contrast
+from collective.studies.intervals import hierarchical_bootstrap, paired, paired_contrast
 from experiments.resumable import is_complete
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,10 +246,10 @@ def evaluate(
     for k in tables["trained"]:
         t = tables["trained"][k]
         contrasts[k] = {
-            "trained - untrained": _iv(paired_contrast(t, tables["untrained"][k])),
-            "trained - random": _iv(paired_contrast(t, tables["random"][k])),
-            "untrained - random": _iv(paired_contrast(tables["untrained"][k], tables["random"][k])),
-            "trained - script": _iv(paired_contrast(t, tables["script"][k])),
+            "trained - untrained": _contrast(t, tables["untrained"][k]),
+            "trained - random": _contrast(t, tables["random"][k]),
+            "untrained - random": _contrast(tables["untrained"][k], tables["random"][k]),
+            "trained - script": _contrast(t, tables["script"][k]),
         }
     curves = {str(s): [m.get("return_mean") for m in metrics[s]] for s in seeds}
     facts = {
@@ -272,8 +275,20 @@ def evaluate(
     }
 
 
-def _iv(iv: Any) -> dict[str, Any]:
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "per_seed": list(iv.per_seed)}
+def _contrast(a: list[list[float]], b: list[list[float]]) -> dict[str, Any]:
+    """``a - b`` paired by seed and instance: the t-interval over the seeds' mean differences,
+    and a hierarchical bootstrap of the differences (seeds, then each seed's instances,
+    resampled), whose interval counts the instances' variation too."""
+    iv = paired_contrast(a, b)
+    both = hierarchical_bootstrap(paired(a, b)) if iv.mean is not None else iv
+    return {
+        "mean": iv.mean,
+        "lo": iv.lo,
+        "hi": iv.hi,
+        "per_seed": list(iv.per_seed),
+        "lo_with_instances": both.lo,
+        "hi_with_instances": both.hi,
+    }
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
