@@ -182,25 +182,29 @@ class _Linear:
         self.bias = None if self.bias is None else self.bias.to(device)
         return self
 
-    def __call__(self, x: torch.Tensor, lora: _LowRank | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        x: torch.Tensor,
+        lora: _LowRank | None = None,
+        outputs: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The outputs for ``x``; with ``outputs`` (indices) those alone, the same bits as in the
+        whole: each is an exact sum of its own products, then the same element-by-element
+        steps. (A subset and adapters do not meet: only the head takes a subset, and a head
+        with adapters decodes alone, :func:`unsupported`.)"""
         x = rounded(x, self.bits)
-        y = torch.mm(x, self.weight.T)  # exact: each term an integer times the two rows' powers
+        weight, bias = self.weight, self.bias
+        if outputs is not None:
+            assert lora is None, "a subset of a linear with adapters"
+            weight = weight.index_select(0, outputs)
+            bias = None if bias is None else bias[outputs]
+        y = torch.mm(x, weight.T)  # exact: each term an integer times the two rows' powers
         if lora is not None:  # + scale * B A x: two more exact products, one rounding each
             lora.add_to(y, x)
         if self.eps is not None:  # times 1 / rms: one rounding
             squares = torch.mul(x, x).sum(-1, keepdim=True)  # exact, for the same reason
             y.div_(torch.sqrt(squares.div_(x.shape[-1]).add_(self.eps)))
-        return y if self.bias is None else y.add_(self.bias)
-
-    def columns(self, x: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
-        """``self(x)[:, outputs]``, bit for bit, computing those outputs only: each is an exact
-        sum of its own column's products, then the same element-by-element steps."""
-        x = rounded(x, self.bits)
-        y = torch.mm(x, self.weight.index_select(0, outputs).T)
-        if self.eps is not None:
-            squares = torch.mul(x, x).sum(-1, keepdim=True)
-            y.div_(torch.sqrt(squares.div_(x.shape[-1]).add_(self.eps)))
-        return y if self.bias is None else y.add_(self.bias[outputs])
+        return y if bias is None else y.add_(bias)
 
 
 class _LowRank:
@@ -245,20 +249,31 @@ class _LowRank:
         return sum(t.numel() * t.element_size() for t in (self.down, *(u for *_, u in self.ups)))
 
 
+def _projections(layer: Any) -> tuple[Any, ...]:
+    """A decoder layer's seven projections: q, k, v, o, gate, up, down."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return (
+        attn.q_proj,
+        attn.k_proj,
+        attn.v_proj,
+        attn.o_proj,
+        mlp.gate_proj,
+        mlp.up_proj,
+        mlp.down_proj,
+    )
+
+
 class _Layer:
     """A decoder layer's four exact-sum linears over its base weights (under LoRA: the weights
     that never train, shared by every version's decoder)."""
 
     def __init__(self, layer: Any, pad: int, device: torch.device) -> None:
-        attn, mlp = layer.self_attn, layer.mlp
         before_attn, before_mlp = _norms(layer)
-        q, k, v = (_parts(p) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, k, v, o, gate, up, down = (_parts(p) for p in _projections(layer))
         self.qkv = _Linear([q[0], k[0], v[0]], [q[1], k[1], v[1]], norm=before_attn).to(device)
-        o = _parts(attn.o_proj)
         self.o = _Linear([o[0]], [o[1]]).to(device)
         # gate and up padded with zero units to whole vectors for SiLU (silu(0) * 0 = 0),
         # down with as many zero inputs
-        gate, up, down = (_parts(p) for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
         zeros = gate[0].new_zeros(pad, gate[0].shape[1])
         self.gate_up = _Linear(
             [gate[0], zeros, up[0], zeros],
@@ -266,28 +281,17 @@ class _Layer:
             norm=before_mlp,
         ).to(device)
         self.down = _Linear([down[0]], [down[1]], pad_in=pad).to(device)
-        self.scaling = float(attn.scaling)
+        self.scaling = float(layer.self_attn.scaling)
 
 
 class _Adapters:
-    """A decoder layer's LoRA adapters, one :class:`_LowRank` a linear (None where it has none):
-    what one version's weights add to the shared :class:`_Layer`."""
+    """A decoder layer's LoRA adapters, one :class:`_LowRank` a linear (None where it has none,
+    as every linear of a model without LoRA): what one version's weights add to the shared
+    :class:`_Layer`."""
 
     def __init__(self, layer: Any, base: _Layer, pad: int, device: torch.device) -> None:
-        attn, mlp = layer.self_attn, layer.mlp
         (g_attn, _), (g_mlp, _) = _norms(layer)
-        q, k, v, o, gate, up, down = (
-            _parts(p)
-            for p in (
-                attn.q_proj,
-                attn.k_proj,
-                attn.v_proj,
-                attn.o_proj,
-                mlp.gate_proj,
-                mlp.up_proj,
-                mlp.down_proj,
-            )
-        )
+        q, k, v, o, gate, up, down = (_parts(p) for p in _projections(layer))
 
         def low_rank(
             blocks: list[tuple[int, list]], linear: _Linear, gain: Any, pad_in: int = 0
@@ -305,15 +309,6 @@ class _Adapters:
 
     def nbytes(self) -> int:
         return sum(x.nbytes() for x in (self.qkv, self.o, self.gate_up, self.down) if x)
-
-
-class _NoAdapters:
-    """A layer without adapters, as :class:`FixedDecoder.step` reads one."""
-
-    qkv = o = gate_up = down = None
-
-
-_NONE: Any = _NoAdapters()
 
 
 def _norms(layer: Any) -> tuple[tuple[torch.Tensor, float], tuple[torch.Tensor, float]]:
@@ -379,11 +374,8 @@ def _sources(causal: Any) -> list[Any]:
     out: list[Any] = [body.embed_tokens.weight, body.norm.weight]
     out.append(causal.get_output_embeddings().weight)
     for layer in body.layers:
-        attn, mlp = layer.self_attn, layer.mlp
         out += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
-        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
-            out += _parts(proj)[:2]
-        for proj in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+        for proj in _projections(layer):
             out += _parts(proj)[:2]
     return out
 
@@ -444,11 +436,10 @@ class FixedDecoder:
         self.base = base
         self.embed, self.layers, self.head = base.embed, base.layers, base.head
         self.cos, self.sin = base.cos, base.sin
-        adapters = [
+        self.adapters = [
             _Adapters(layer, mine, self.pad, self.device)
             for layer, mine in zip(causal.model.layers, base.layers, strict=True)
         ]
-        self.adapters = adapters if any(a.nbytes() for a in adapters) else None
 
     def nbytes(self) -> int:
         """The bytes of the tensors it holds, its base's included: what the memory guard counts
@@ -457,7 +448,7 @@ class FixedDecoder:
 
     def adapter_nbytes(self) -> int:
         """The bytes of its LoRA adapters alone: what a version adds to a shared base."""
-        return sum(a.nbytes() for a in self.adapters or ())
+        return sum(a.nbytes() for a in self.adapters)
 
     def start(
         self,
@@ -593,7 +584,7 @@ class _Fixed:
         lets the head compute only the tokens some live row may take, when they are at most
         ``HEAD_SHARE`` of the vocabulary; every other logit is 0, and the sampler forbids
         those tokens anyway. A computed logit is the same bits either way
-        (:meth:`_Linear.columns`), and which are computed changes no row's distribution, so
+        (:class:`_Linear`'s ``outputs``), and which are computed changes no row's distribution, so
         the answers are those of the whole head (tested)."""
         net = self.net
         b, h, kv, dim = len(self.pos), net.q_heads, net.kv_heads, net.head_dim
@@ -611,9 +602,8 @@ class _Fixed:
         # where each new key and value goes: row r's head j's column pos[r] of a layer's
         # cache, seen as (rows * kv_heads * width, dim)
         into = ((self.rows * kv + self.heads) * width + pos[:, None]).view(-1)
-        adapters = net.adapters or [_NONE] * len(net.layers)
         for layer, lora, keys, (vm, vs) in zip(
-            net.layers, adapters, self.keys, self.values, strict=True
+            net.layers, net.adapters, self.keys, self.values, strict=True
         ):
             qkv = layer.qkv(x, lora.qkv).view(b, h + 2 * kv, dim)
             qkv[:, : h + kv] = _rotate(qkv[:, : h + kv], cos, sin)
@@ -641,7 +631,7 @@ class _Fixed:
             union = allowed.any(dim=0).nonzero().flatten()
             if len(union) <= HEAD_SHARE * allowed.shape[1]:
                 logits = x.new_zeros(x.shape[0], allowed.shape[1], dtype=torch.float32)
-                logits[:, union] = net.head.columns(x, union).float()
+                logits[:, union] = net.head(x, outputs=union).float()
                 return logits
         return net.head(x).float()
 
