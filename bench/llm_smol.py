@@ -47,6 +47,7 @@ import numpy as np
 from collective.base.outputs import write_file
 from collective.records import Episode
 from collective.rl.config import TrainConfig, load_config
+from collective.rl.rundir import read_metrics
 from collective.studies.intervals import hierarchical_bootstrap, paired, paired_contrast
 from experiments.resumable import is_complete
 
@@ -84,15 +85,8 @@ def train(cfg_path: Path, runs: Path, seeds: list[int], steps: int | None, jobs:
             log.close()
             if proc.returncode != 0:
                 raise SystemExit(f"llm_smol: training seed {s} failed (see {runs}/train-s{s}.log)")
-            n = len(_metrics(runs / f"s{s}"))
+            n = len(read_metrics(runs / f"s{s}"))
             print(f"[train] seed {s}: {n} steps ({(time.monotonic() - t0) / 60:.1f} min)")
-
-
-def _metrics(run: Path) -> list[dict[str, Any]]:
-    path = run / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _complete(run: Path, steps: int | None) -> bool:
@@ -234,7 +228,7 @@ def evaluate(
         played("untrained", s, untrained)
     if baselines_only:  # (their figures are kept in runs/held-out for the full run)
         return {}
-    metrics = {s: _metrics(runs / f"s{s}") for s in seeds}
+    metrics = {s: read_metrics(runs / f"s{s}") for s in seeds}
     for s in seeds:
         latest = str(runs / f"s{s}" / "checkpoints" / "latest")
         played("trained", s, partial(load_hf_policy, latest), f"-step{len(metrics[s])}")
@@ -251,10 +245,10 @@ def evaluate(
             "untrained - random": _contrast(tables["untrained"][k], tables["random"][k]),
             "trained - script": _contrast(t, tables["script"][k]),
         }
-    curves = {str(s): [m.get("return_mean") for m in metrics[s]] for s in seeds}
+    curves = {str(s): [m.return_mean for m in metrics[s]] for s in seeds}
     facts = {
         str(s): {
-            k: [m.get(k) for m in metrics[s]]
+            k: [getattr(m, k) for m in metrics[s]]
             for k in (
                 "ratio_mean",
                 "clip_fraction",
